@@ -1,0 +1,62 @@
+"""Atomic file writes: write to a temporary sibling, fsync, then rename.
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> atomic_write_text(d / "a.txt", "hi")
+>>> (d / "a.txt").read_text()
+'hi'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it over ``path`` on success."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_with(path: str | Path, writer: Callable[[Path], None]) -> None:
+    """Call ``writer(tmp_path)`` and publish the result atomically."""
+    with atomic_path(path) as tmp:
+        writer(tmp)
+
+
+def replace_dir(staging: Path, final: Path) -> None:
+    """Swap a completed staging folder into place (old copy removed afterwards)."""
+    final = Path(final)
+    old = None
+    if final.exists():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+    os.replace(staging, final)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
