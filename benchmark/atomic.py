@@ -25,6 +25,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; published files are world-readable
     try:
         yield tmp_path
         with open(tmp_path, "rb") as fh:

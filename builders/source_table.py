@@ -180,3 +180,26 @@ def read_source_table(path: str | Path, splits: Iterable[str] | None = None) -> 
         for row in pf.read_row_group(i).to_pylist():
             if wanted is None or row["split"] in wanted:
                 yield SourceRecord.from_row(row)
+
+
+def split_counts(path: str | Path) -> dict[str, int]:
+    """Rows per canonical split, reading only the ``split`` column."""
+    col = pq.read_table(path, columns=["split"]).column("split").to_pylist()
+    return {s: col.count(s) for s in SPLITS if s in col}
+
+
+def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Iterator[SourceRecord]:
+    """Records ``start..stop-1`` (in table order) of one split, touching only their row groups."""
+    pf = pq.ParquetFile(path)
+    splits = np.asarray(pf.read(columns=["split"]).column("split").to_pylist(), dtype=object)
+    wanted = np.flatnonzero(splits == split)[start:stop]
+    if not len(wanted):
+        return
+    sizes = [pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)]
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    groups = np.searchsorted(offsets, wanted, side="right") - 1
+    for g in np.unique(groups):
+        table = pf.read_row_group(int(g))
+        local = (wanted[groups == g] - offsets[g]).tolist()
+        for row in table.take(local).to_pylist():
+            yield SourceRecord.from_row(row)

@@ -1,0 +1,130 @@
+"""Typed view of ``params.yaml``: the single source of every build parameter.
+
+>>> p = Params.from_dict({"benchmark_version": "1.2.3", "sources": {}})
+>>> p.benchmark_version, p.build.rows_per_shard
+('1.2.3', 16)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from aegisbench.errors import BadInput
+from aegisbench.hashing import json_sha256
+
+_SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+TRACKS = ("sar", "smoke", "firespread")
+SYNTHETIC_KINDS = ("synthetic_sar", "synthetic_smoke")
+FORMAT_KINDS = ("voc", "yolo", "coco", "visdrone")
+
+
+@dataclass(frozen=True)
+class SourceParams:
+    """One source of a track: an embedded synthetic generator or a local folder."""
+
+    name: str
+    track: str
+    kind: str
+    options: dict = field(default_factory=dict)
+    license: str = "unknown"
+    citation: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"params.yaml: sources.{self.name}"
+        if not _NAME.match(self.name):
+            raise BadInput("source name must be snake_case (a-z, 0-9, _)", where=where)
+        if self.track not in TRACKS:
+            raise BadInput(f"track must be one of {TRACKS}, got {self.track!r}", where=where)
+        if self.kind not in SYNTHETIC_KINDS + FORMAT_KINDS:
+            raise BadInput(f"unknown kind {self.kind!r}; expected one of "
+                           f"{SYNTHETIC_KINDS + FORMAT_KINDS}", where=where)
+        if not isinstance(self.options, dict):
+            raise BadInput("options must be a mapping", where=where)
+
+
+@dataclass(frozen=True)
+class BuildParams:
+    rows_per_shard: int = 16
+    workers: int = 1
+    conditions: tuple[str, ...] = ()  # condition configs beyond ``clean``
+    geometry: str = "frame"
+
+    def __post_init__(self) -> None:
+        if self.rows_per_shard < 1:
+            raise BadInput("build.rows_per_shard must be >= 1", where="params.yaml")
+        if self.workers < 1:
+            raise BadInput("build.workers must be >= 1", where="params.yaml")
+        if self.geometry not in ("frame", "target-relative"):
+            raise BadInput("build.geometry must be 'frame' or 'target-relative'", where="params.yaml")
+
+
+@dataclass(frozen=True)
+class Params:
+    benchmark_version: str
+    sources: tuple[SourceParams, ...]
+    build: BuildParams = BuildParams()
+    sources_dir: str = "data/sources"
+    dataset_dir: str = "data/aegisbench"
+    raw: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not _SEMVER.match(str(self.benchmark_version)):
+            raise BadInput(f"benchmark_version {self.benchmark_version!r} is not semantic "
+                           "(MAJOR.MINOR.PATCH)", where="params.yaml")
+        names = [s.name for s in self.sources]
+        if len(set(names)) != len(names):
+            raise BadInput("duplicate source names", where="params.yaml: sources")
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "Params":
+        if not isinstance(raw, dict) or "benchmark_version" not in raw:
+            raise BadInput("missing benchmark_version", where="params.yaml")
+        sources = []
+        for name, spec in (raw.get("sources") or {}).items():
+            if not isinstance(spec, dict):
+                raise BadInput("must be a mapping", where=f"params.yaml: sources.{name}")
+            known = {"track", "kind", "options", "license", "citation", "description"}
+            extra = set(spec) - known
+            if extra:
+                raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")
+            sources.append(SourceParams(name=name, **spec))
+        b = dict(raw.get("build") or {})
+        b["conditions"] = tuple(b.get("conditions") or ())
+        try:
+            build = BuildParams(**b)
+        except TypeError as exc:
+            raise BadInput(str(exc), where="params.yaml: build") from None
+        paths = raw.get("paths") or {}
+        return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
+                   build=build, sources_dir=paths.get("sources", "data/sources"),
+                   dataset_dir=paths.get("dataset", "data/aegisbench"), raw=raw)
+
+    @classmethod
+    def load(cls, path: str | Path = "params.yaml") -> "Params":
+        path = Path(path)
+        if not path.exists():
+            raise BadInput("params file not found", where=str(path))
+        try:
+            raw = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise BadInput(f"malformed YAML: {exc}", where=str(path)) from None
+        return cls.from_dict(raw)
+
+    def source(self, name: str) -> SourceParams:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        raise BadInput(f"unknown source {name!r}", where="params.yaml: sources")
+
+    def digest(self) -> str:
+        """Hash of the parameters that decide built bytes (not paths or worker counts)."""
+        raw = {k: v for k, v in self.raw.items() if k != "paths"}
+        raw["build"] = {k: v for k, v in (raw.get("build") or {}).items() if k != "workers"}
+        return json_sha256(raw)

@@ -1,0 +1,233 @@
+"""Build orchestration: sources -> canonical source tables -> dataset repo.
+
+``materialize_sources`` writes ``data/sources/<name>.parquet`` (and a JSON report)
+for every source in ``params.yaml``. ``build_repo`` turns those tables into the HF
+dataset repo: it plans shard tasks, runs them (skipping shards an interrupted run
+already finished), then writes the card and manifest and swaps the completed
+staging folder into place. Nothing partial is ever visible at the output path.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from importlib.metadata import version as pkg_version
+from pathlib import Path
+
+from tqdm import tqdm
+
+import aegisbench
+from aegisbench.atomic import atomic_write_text, replace_dir
+from aegisbench.errors import BadInput
+from aegisbench.hashing import file_sha256, json_sha256, source_tree_sha256
+from aegisbench.params import Params, SourceParams
+from aegisbench.builders.card import render_card
+from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
+from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
+from aegisbench.builders.source_table import SourceRecord, split_counts, write_source_table
+
+log = logging.getLogger(__name__)
+
+PACKAGE_ROOT = Path(aegisbench.__file__).resolve().parent
+BUILDERS_ROOT = Path(__file__).resolve().parent
+
+
+def builder_source_hash() -> str:
+    """Hash of the code that decides the bytes of a build."""
+    files = [*BUILDERS_ROOT.glob("*.py"), *(PACKAGE_ROOT / "corruptions").glob("*.py"),
+             PACKAGE_ROOT / "hashing.py"]
+    return source_tree_sha256([f for f in files if f.exists()], PACKAGE_ROOT.parent)
+
+
+# ---------------------------------------------------------------- sources
+
+def source_records(src: SourceParams, version: str) -> tuple[Iterator[SourceRecord], dict]:
+    """Records of one source plus a report dict (filled while iterating)."""
+    if src.kind == "synthetic_sar":
+        from aegisbench.builders.synthetic_sar import SyntheticSarConfig, generate_synthetic_sar
+        return generate_synthetic_sar(_config(SyntheticSarConfig, src), version), {}
+    if src.kind == "synthetic_smoke":
+        from aegisbench.builders.synthetic_smoke import SyntheticSmokeConfig, generate_synthetic_smoke
+        return generate_synthetic_smoke(_config(SyntheticSmokeConfig, src), version), {}
+    from aegisbench.builders.adapters import SourceSpec, load_source
+    opts = dict(src.options)
+    try:
+        spec = SourceSpec(name=src.name, format=src.kind, **opts)
+    except TypeError as exc:
+        raise BadInput(str(exc), where=f"params.yaml: sources.{src.name}.options") from None
+    loaded = load_source(spec)
+    return iter(loaded.records), loaded.report
+
+
+def _config(cls, src: SourceParams):
+    try:
+        return cls(**src.options)
+    except TypeError as exc:
+        raise BadInput(str(exc), where=f"params.yaml: sources.{src.name}.options") from None
+
+
+def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> Path:
+    """Write one source's canonical table (atomic) and its report; returns the table path."""
+    out_dir = Path(out_dir)
+    records, report = source_records(src, version)
+    path = out_dir / f"{src.name}.parquet"
+    n = write_source_table(records, path)
+    report = {"source": src.name, "rows": n, "splits": split_counts(path), **_jsonable(report)}
+    atomic_write_text(out_dir / f"{src.name}.report.json", json.dumps(report, indent=2, sort_keys=True))
+    log.info("source %s: %d images -> %s", src.name, n, path)
+    return path
+
+
+def _jsonable(report) -> dict:
+    if hasattr(report, "to_dict"):
+        return report.to_dict()
+    return dict(report) if report else {}
+
+
+# ---------------------------------------------------------------- configs
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    name: str
+    description: str
+    include_val: bool = False
+    tracks: tuple[str, ...] = ("sar", "smoke")
+    condition: str | None = None  # condition name applied to pixels; None = clean bytes
+
+
+class ConditionTransform:
+    """Picklable per-image transform applying one (possibly compound) condition."""
+
+    def __init__(self, condition: str, version: str, geometry: str):
+        self.condition, self.version, self.geometry = condition, version, geometry
+
+    def __call__(self, rec: SourceRecord, image):
+        from aegisbench.corruptions import apply_condition
+        return apply_condition(self.condition, image, key=(self.version, rec.source, rec.image_id),
+                               boxes=rec.boxes, geometry=self.geometry)
+
+
+def config_specs(params: Params) -> list[ConfigSpec]:
+    specs = [ConfigSpec("clean", "Unmodified images: clean validation (`<source>_val`, used "
+                        "to freeze thresholds) and clean test (`<source>`).", include_val=True)]
+    if params.build.conditions:
+        from aegisbench.corruptions import describe_condition
+        for cond in params.build.conditions:
+            name, description, tracks = describe_condition(cond)
+            specs.append(ConfigSpec(name, description, tracks=tuple(tracks), condition=cond))
+    return specs
+
+
+def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list[ShardTask]:
+    tasks = []
+    rps = params.build.rows_per_shard
+    for src in params.sources:
+        table = sources_dir / f"{src.name}.parquet"
+        if not table.exists():
+            raise BadInput("source table missing; run `aegisbench sources` first", where=str(table))
+        counts = split_counts(table)
+        for spec in specs:
+            if src.track not in spec.tracks:
+                continue
+            roles = ([("val", f"{src.name}_val")] if spec.include_val else []) + [("test", src.name)]
+            for role, split in roles:
+                n = counts.get(role, 0)
+                n_shards = max(1, -(-n // rps)) if n else 0
+                for i in range(n_shards):
+                    tasks.append(ShardTask(spec.name, split, src.name, role, str(table),
+                                           i * rps, min(n, (i + 1) * rps), i, n_shards))
+    return tasks
+
+
+def staging_dir(out: Path, params: Params, tasks: list[ShardTask], src_hash: str) -> Path:
+    """Hidden sibling of ``out`` keyed by everything that decides the bytes, so a rerun
+    of the same build resumes there and a different build never reuses its shards."""
+    tables = sorted({t.source_table for t in tasks})
+    key = json_sha256({"params": params.raw, "code": src_hash,
+                       "tables": {Path(t).name: file_sha256(t) for t in tables}})
+    return out.parent / f".{out.name}.staging-{key[:16]}"
+
+
+def _run_task(args) -> ShardEntry:
+    task, root, transform = args
+    return finished_entry(task, root) or write_shard(task, root, transform)
+
+
+def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,
+               workers: int | None = None, progress: bool = True) -> dict:
+    """Build the dataset repo and return its manifest."""
+    out = Path(out or params.dataset_dir)
+    sources_dir = Path(sources_dir or params.sources_dir)
+    specs = config_specs(params)
+    tasks = plan_tasks(params, sources_dir, specs)
+    src_hash = builder_source_hash()
+    staging = staging_dir(out, params, tasks, src_hash)
+    for stale in out.parent.glob(f".{out.name}.staging-*"):
+        if stale != staging:
+            shutil.rmtree(stale, ignore_errors=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    for leftover in staging.rglob("*.tmp"):  # half-written files of a killed run
+        leftover.unlink()
+    by_name = {s.name: s for s in specs}
+    transforms = {s.name: (ConditionTransform(s.condition, params.benchmark_version, params.build.geometry)
+                           if s.condition else None) for s in specs}
+    jobs = [(t, staging, transforms[t.config]) for t in tasks]
+    workers = workers or params.build.workers
+    bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
+    if workers > 1:
+        with ProcessPoolExecutor(workers) as pool:
+            entries = []
+            for e in pool.map(_run_task, jobs):
+                entries.append(e)
+                bar.update()
+    else:
+        entries = []
+        for job in jobs:
+            entries.append(_run_task(job))
+            bar.update()
+    bar.close()
+    manifest = assemble_manifest(params, tasks, entries, src_hash)
+    shutil.rmtree(staging / ".shards", ignore_errors=True)
+    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
+                "citation": s.citation, "description": s.description} for s in params.sources]
+    card = render_card(manifest, {s.name: s.description for s in by_name.values()}, sources)
+    atomic_write_text(staging / "README.md", card)
+    manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
+                                      "bytes": (staging / "README.md").stat().st_size}
+    atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    report = verify_repo(staging)
+    if not report.ok:  # pragma: no cover - would be a bug in the writer
+        raise RuntimeError("freshly built repo fails verify: " + "; ".join(report.lines()))
+    replace_dir(staging, out)
+    log.info("built %s: %d configs, %d shards, digest %s", out, len(manifest["configs"]),
+             len(tasks), manifest["dataset_digest"])
+    return manifest
+
+
+def assemble_manifest(params: Params, tasks: list[ShardTask], entries: list[ShardEntry],
+                      src_hash: str) -> dict:
+    configs: dict = {}
+    files: dict = {}
+    for task, e in zip(tasks, entries):
+        split = configs.setdefault(task.config, {"splits": {}})["splits"].setdefault(
+            task.split, {"rows": 0, "source": task.source, "role": task.source_split, "shards": []})
+        split["rows"] += e.rows
+        split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
+                                "content_sha256": e.content_sha256, "images": e.images})
+        files[e.path] = {"sha256": e.sha256, "bytes": e.bytes}
+    return {
+        "format": MANIFEST_FORMAT,
+        "benchmark_version": params.benchmark_version,
+        "dataset_digest": dataset_digest(params.benchmark_version, configs),
+        "package_version": aegisbench.__version__,
+        "builder_source_hash": src_hash,
+        "params_sha256": params.digest(),
+        "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
+        "sources": {s.name: {"track": s.track, "kind": s.kind} for s in params.sources},
+        "configs": configs,
+        "files": files,
+    }

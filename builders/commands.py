@@ -1,0 +1,133 @@
+"""CLI commands of the builders: ``sources``, ``build``, ``verify``, ``preview``, ``run``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from aegisbench.errors import BadInput
+from aegisbench.params import Params
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sources", help="materialize canonical source tables from params.yaml")
+    _common(p)
+    p.add_argument("--only", action="append", help="only this source (repeatable)")
+    p.set_defaults(func=cmd_sources)
+
+    p = sub.add_parser("build", help="build the checksummed HF dataset repo")
+    _common(p)
+    p.add_argument("--out", help="output repo folder (default: paths.dataset in params)")
+    p.add_argument("--workers", type=int, help="parallel worker processes")
+    p.add_argument("--source-dir", help="build from this local dataset folder instead of params sources")
+    p.add_argument("--format", choices=["voc", "yolo", "coco", "visdrone"], help="format of --source-dir")
+    p.add_argument("--name", help="source name for --source-dir (e.g. heridal)")
+    p.add_argument("--track", default="sar", choices=["sar", "smoke"], help="track of --source-dir")
+    p.add_argument("--class-map", help="CLASS=TARGET[,CLASS=TARGET...]; TARGET 'none' drops a class")
+    p.add_argument("--target-label", default=None, help="the track's one target class")
+    p.add_argument("--skip-sources", action="store_true", help="reuse existing source tables")
+    p.set_defaults(func=cmd_build)
+
+    p = sub.add_parser("verify", help="re-hash a dataset repo against its manifest")
+    p.add_argument("path", nargs="?", default="data/aegisbench")
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("preview", help="contact-sheet PNG of every source")
+    _common(p)
+    p.add_argument("--out", default="data/preview", help="folder for the PNGs")
+    p.add_argument("--split", default="test")
+    p.set_defaults(func=cmd_preview)
+
+    p = sub.add_parser("run", help="the main job on params.yaml: sources, build, preview")
+    _common(p)
+    p.add_argument("--workers", type=int)
+    p.set_defaults(func=cmd_run)
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+
+
+def cmd_sources(args) -> int:
+    from aegisbench.builders.build import materialize_source
+    params = Params.load(args.params)
+    names = set(args.only or [s.name for s in params.sources])
+    unknown = names - {s.name for s in params.sources}
+    if unknown:
+        raise BadInput(f"unknown source(s) {sorted(unknown)}", where=args.params)
+    for src in params.sources:
+        if src.name in names:
+            materialize_source(src, params.benchmark_version, params.sources_dir)
+    return 0
+
+
+def _direct_params(args) -> Params:
+    """Params for ``build --source-dir``: one local folder in a known format."""
+    if not (args.format and args.name):
+        raise BadInput("--source-dir needs --format and --name", where="command line")
+    class_map = {}
+    for item in filter(None, (args.class_map or "").split(",")):
+        if "=" not in item:
+            raise BadInput(f"class map entry {item!r} is not CLASS=TARGET", where="--class-map")
+        k, v = item.split("=", 1)
+        class_map[k.strip()] = None if v.strip().lower() == "none" else v.strip()
+    target = args.target_label or ("person" if args.track == "sar" else "smoke")
+    base = Params.load(args.params).raw if Path(args.params).exists() else {"benchmark_version": "0.1.0"}
+    raw = {k: v for k, v in base.items() if k != "sources"}
+    raw["sources"] = {args.name: {"track": args.track, "kind": args.format, "options": {
+        "path": args.source_dir, "class_map": class_map or {target: target}, "target_label": target}}}
+    return Params.from_dict(raw)
+
+
+def cmd_build(args) -> int:
+    from aegisbench.builders.build import build_repo, materialize_source
+    params = _direct_params(args) if args.source_dir else Params.load(args.params)
+    if args.source_dir or not args.skip_sources:
+        for src in params.sources:
+            table = Path(params.sources_dir) / f"{src.name}.parquet"
+            if args.source_dir or not table.exists():
+                materialize_source(src, params.benchmark_version, params.sources_dir)
+    manifest = build_repo(params, out=args.out, workers=args.workers)
+    out = args.out or params.dataset_dir
+    print(f"built {out}  version {manifest['benchmark_version']}  digest {manifest['dataset_digest']}")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from aegisbench.builders.manifest import load_manifest, verify_repo
+    report = verify_repo(args.path)
+    if report.ok:
+        m = load_manifest(args.path)
+        print(f"{args.path}: OK ({len(m['files'])} files, digest {m['dataset_digest']})")
+        return 0
+    for line in report.lines():
+        print(f"{args.path}: {line}", file=sys.stderr)
+    return 2
+
+
+def cmd_preview(args) -> int:
+    from aegisbench.builders.preview import contact_sheet
+    from aegisbench.builders.source_table import read_source_table
+    params = Params.load(args.params)
+    for src in params.sources:
+        table = Path(params.sources_dir) / f"{src.name}.parquet"
+        path = contact_sheet(read_source_table(table, splits=[args.split]),
+                             Path(args.out) / f"{src.name}.png")
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from aegisbench.builders.build import build_repo, materialize_source
+    params = Params.load(args.params)
+    for src in params.sources:
+        materialize_source(src, params.benchmark_version, params.sources_dir)
+    manifest = build_repo(params, workers=args.workers)
+    args.out, args.split = "data/preview", "test"
+    cmd_preview(args)
+    print(f"dataset repo: {params.dataset_dir} (digest {manifest['dataset_digest']})")
+    return 0

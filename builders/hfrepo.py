@@ -1,0 +1,143 @@
+"""Writer of the Hugging Face dataset repo on disk (``data/aegisbench``).
+
+A repo is a set of *configs* (``clean``, ``low_light_s3``, ...). Each config holds
+one split per source: ``<source>_val`` (clean validation, ``clean`` only) and
+``<source>`` (test). Splits are cut into Parquet shards named
+``<config>/<split>-00000-of-00003.parquet``; images are lossless PNG inside the
+``image`` column, declared as an HF ``Image`` feature so ``datasets.load_dataset``
+decodes them. Every shard is written atomically and described by a
+:class:`ShardEntry` (file SHA-256, rows, per-image pixel SHA-256, content hash).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from aegisbench.atomic import atomic_path, atomic_write_text
+from aegisbench.hashing import file_sha256, json_sha256, pixel_sha256
+from aegisbench.builders.source_table import SourceRecord, encode_png, read_source_rows
+
+log = logging.getLogger(__name__)
+
+FEATURES = datasets.Features(
+    {
+        "image": datasets.Image(),
+        "image_id": datasets.Value("string"),
+        "source": datasets.Value("string"),
+        "condition": datasets.Value("string"),
+        "width": datasets.Value("int32"),
+        "height": datasets.Value("int32"),
+        "objects": {
+            "bbox": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
+            "label": datasets.List(datasets.Value("string")),
+        },
+        "group_id": datasets.Value("string"),
+        "frame_index": datasets.Value("int32"),
+        "time_s": datasets.Value("float64"),
+        "fire_start_frame": datasets.Value("int32"),
+        "sha256": datasets.Value("string"),
+    }
+)
+SCHEMA = FEATURES.arrow_schema.with_metadata(
+    {"huggingface": json.dumps({"info": {"features": FEATURES.to_dict()}}, sort_keys=True)}
+)
+
+# image transform of a config: (record, image) -> image; None means "keep the clean bytes"
+Transform = Callable[[SourceRecord, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class ShardTask:
+    """One unit of build work: rows [start, stop) of one source split into one shard."""
+
+    config: str
+    split: str  # repo split name, e.g. "synthetic_sar_val"
+    source: str
+    source_split: str  # canonical split in the source table ("val" / "test")
+    source_table: str
+    start: int
+    stop: int
+    index: int
+    n_shards: int
+
+    @property
+    def relpath(self) -> str:
+        return f"{self.config}/{self.split}-{self.index:05d}-of-{self.n_shards:05d}.parquet"
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    path: str
+    sha256: str
+    bytes: int
+    rows: int
+    content_sha256: str
+    images: dict[str, str]  # image_id -> pixel sha256
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ShardEntry":
+        return cls(**d)
+
+
+def _row(rec: SourceRecord, condition: str, png: bytes, sha: str) -> dict:
+    return {
+        "image": {"bytes": png, "path": None},
+        "image_id": rec.image_id, "source": rec.source, "condition": condition,
+        "width": rec.width, "height": rec.height,
+        "objects": {"bbox": rec.boxes.tolist(), "label": list(rec.labels)},
+        "group_id": rec.group_id, "frame_index": rec.frame_index, "time_s": rec.time_s,
+        "fire_start_frame": rec.fire_start_frame, "sha256": sha,
+    }
+
+
+def content_key(row: dict) -> list:
+    """The parts of a row that define its content (encoder-independent)."""
+    o = row["objects"]
+    return [row["image_id"], row["sha256"], row["width"], row["height"], o["bbox"], o["label"],
+            row["group_id"], row["frame_index"], row["time_s"], row["fire_start_frame"]]
+
+
+def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> ShardEntry:
+    """Materialize one shard atomically and return its manifest entry."""
+    rows, images = [], {}
+    for rec in read_source_rows(task.source_table, task.source_split, task.start, task.stop):
+        if transform is None:
+            png, sha = rec.png, rec.sha256
+        else:
+            out = transform(rec, rec.image())
+            png, sha = encode_png(out), pixel_sha256(out)
+        rows.append(_row(rec, task.config, png, sha))
+        images[rec.image_id] = sha
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    path = root / task.relpath
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=8)
+    entry = ShardEntry(path=task.relpath, sha256=file_sha256(path), bytes=path.stat().st_size,
+                       rows=len(rows), content_sha256=json_sha256([content_key(r) for r in rows]),
+                       images=images)
+    atomic_write_text(_sidecar(root, task), json.dumps(asdict(entry), sort_keys=True))
+    return entry
+
+
+def _sidecar(root: Path, task: ShardTask) -> Path:
+    return root / ".shards" / (task.relpath.replace("/", "__") + ".json")
+
+
+def finished_entry(task: ShardTask, root: Path) -> ShardEntry | None:
+    """The entry of a shard completed by an earlier (interrupted) run, if intact."""
+    side, shard = _sidecar(root, task), root / task.relpath
+    if not (side.exists() and shard.exists()):
+        return None
+    entry = ShardEntry.from_dict(json.loads(side.read_text()))
+    if entry.bytes != shard.stat().st_size or entry.sha256 != file_sha256(shard):
+        return None
+    return entry
