@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from importlib.metadata import version as pkg_version
@@ -45,22 +45,17 @@ def builder_source_hash() -> str:
 
 # ---------------------------------------------------------------- sources
 
-def source_records(src: SourceParams, version: str) -> tuple[Iterator[SourceRecord], dict]:
-    """Records of one source plus a report dict (filled while iterating)."""
+def source_records(src: SourceParams, version: str) -> tuple[Iterator[SourceRecord], Callable[[], dict]]:
+    """Records of one source, and a function giving its report once they are consumed."""
     if src.kind == "synthetic_sar":
         from aegisbench.builders.synthetic_sar import SyntheticSarConfig, generate_synthetic_sar
-        return generate_synthetic_sar(_config(SyntheticSarConfig, src), version), {}
+        return generate_synthetic_sar(_config(SyntheticSarConfig, src), version), dict
     if src.kind == "synthetic_smoke":
         from aegisbench.builders.synthetic_smoke import SyntheticSmokeConfig, generate_synthetic_smoke
-        return generate_synthetic_smoke(_config(SyntheticSmokeConfig, src), version), {}
-    from aegisbench.builders.adapters import SourceSpec, load_source
-    opts = dict(src.options)
-    try:
-        spec = SourceSpec(name=src.name, format=src.kind, **opts)
-    except TypeError as exc:
-        raise BadInput(str(exc), where=f"params.yaml: sources.{src.name}.options") from None
-    loaded = load_source(spec)
-    return iter(loaded.records), loaded.report
+        return generate_synthetic_smoke(_config(SyntheticSmokeConfig, src), version), dict
+    from aegisbench.builders.adapters import SourceSpec, stream_source
+    stream = stream_source(SourceSpec.from_options(src.name, src.kind, src.options))
+    return stream, lambda: stream.report.to_dict()
 
 
 def _config(cls, src: SourceParams):
@@ -73,19 +68,13 @@ def _config(cls, src: SourceParams):
 def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> Path:
     """Write one source's canonical table (atomic) and its report; returns the table path."""
     out_dir = Path(out_dir)
-    records, report = source_records(src, version)
+    records, report_of = source_records(src, version)
     path = out_dir / f"{src.name}.parquet"
     n = write_source_table(records, path)
-    report = {"source": src.name, "rows": n, "splits": split_counts(path), **_jsonable(report)}
+    report = {"source": src.name, "rows": n, "splits": split_counts(path), **report_of()}
     atomic_write_text(out_dir / f"{src.name}.report.json", json.dumps(report, indent=2, sort_keys=True))
     log.info("source %s: %d images -> %s", src.name, n, path)
     return path
-
-
-def _jsonable(report) -> dict:
-    if hasattr(report, "to_dict"):
-        return report.to_dict()
-    return dict(report) if report else {}
 
 
 # ---------------------------------------------------------------- configs

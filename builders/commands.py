@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--track", default="sar", choices=["sar", "smoke"], help="track of --source-dir")
     p.add_argument("--class-map", help="CLASS=TARGET[,CLASS=TARGET...]; TARGET 'none' drops a class")
     p.add_argument("--target-label", default=None, help="the track's one target class")
+    p.add_argument("--split-mode", choices=["hash", "folders"], default="hash",
+                   help="group-aware hash split (default) or the dataset's own split folders")
     p.add_argument("--skip-sources", action="store_true", help="reuse existing source tables")
     p.set_defaults(func=cmd_build)
 
@@ -79,7 +81,8 @@ def _direct_params(args) -> Params:
     base = Params.load(args.params).raw if Path(args.params).exists() else {"benchmark_version": "0.1.0"}
     raw = {k: v for k, v in base.items() if k != "sources"}
     raw["sources"] = {args.name: {"track": args.track, "kind": args.format, "options": {
-        "path": args.source_dir, "class_map": class_map or {target: target}, "target_label": target}}}
+        "path": args.source_dir, "class_map": class_map or {target: target}, "target_label": target,
+        "split_mode": args.split_mode}}}
     return Params.from_dict(raw)
 
 
