@@ -28,6 +28,12 @@ from aegisbench.builders.source_table import SourceRecord, encode_png, read_sour
 
 log = logging.getLogger(__name__)
 
+def features_schema(features: datasets.Features) -> pa.Schema:
+    """Arrow schema of HF ``features`` with the metadata ``datasets`` reads back."""
+    return features.arrow_schema.with_metadata(
+        {"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True)})
+
+
 FEATURES = datasets.Features(
     {
         "image": datasets.Image(),
@@ -47,9 +53,7 @@ FEATURES = datasets.Features(
         "sha256": datasets.Value("string"),
     }
 )
-SCHEMA = FEATURES.arrow_schema.with_metadata(
-    {"huggingface": json.dumps({"info": {"features": FEATURES.to_dict()}}, sort_keys=True)}
-)
+SCHEMA = features_schema(FEATURES)
 
 # image transform of a config: (record, image) -> image; None means "keep the clean bytes"
 Transform = Callable[[SourceRecord, np.ndarray], np.ndarray]
@@ -107,7 +111,7 @@ def content_key(row: dict) -> list:
 
 
 def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> ShardEntry:
-    """Materialize one shard atomically and return its manifest entry."""
+    """Materialize one image shard atomically and return its manifest entry."""
     rows, images = [], {}
     for rec in read_source_rows(task.source_table, task.source_split, task.start, task.stop):
         if transform is None:
@@ -117,15 +121,23 @@ def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> Sha
             png, sha = encode_png(out), pixel_sha256(out)
         rows.append(_row(rec, task.config, png, sha))
         images[rec.image_id] = sha
-    table = pa.Table.from_pylist(rows, schema=SCHEMA)
-    path = root / task.relpath
-    with atomic_path(path) as tmp:
-        pq.write_table(table, tmp, compression="zstd", row_group_size=8)
-    entry = ShardEntry(path=task.relpath, sha256=file_sha256(path), bytes=path.stat().st_size,
-                       rows=len(rows), content_sha256=json_sha256([content_key(r) for r in rows]),
-                       images=images)
+    entry = write_rows_shard(root, task.relpath, rows, SCHEMA,
+                             content=[content_key(r) for r in rows], images=images)
     atomic_write_text(_sidecar(root, task), json.dumps(asdict(entry), sort_keys=True))
     return entry
+
+
+def write_rows_shard(root: Path, relpath: str, rows: list[dict], schema: pa.Schema,
+                     content: list, images: dict[str, str] | None = None,
+                     row_group_size: int = 8) -> ShardEntry:
+    """Write any rows as one Parquet shard (atomic); ``content`` is what the content hash
+    covers (encoder-independent values), ``images`` optional per-image pixel hashes."""
+    table = pa.Table.from_pylist(rows, schema=schema)
+    path = root / relpath
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
+    return ShardEntry(path=relpath, sha256=file_sha256(path), bytes=path.stat().st_size,
+                      rows=len(rows), content_sha256=json_sha256(content), images=images or {})
 
 
 def _sidecar(root: Path, task: ShardTask) -> Path:
