@@ -1,0 +1,582 @@
+"""Embedded synthetic aerial search-and-rescue source (``synthetic_sar``).
+
+Procedural nadir / oblique drone frames of mixed terrain (grass, forest, rock, sand,
+water, roads) with small people in varied poses and clothing, each casting a shadow
+in the flight's sun direction. Boxes are tight around the drawn figure. Every image
+is seeded from ``rng_for(version, "synthetic_sar", key)`` so it regenerates alone.
+
+>>> cfg = SyntheticSarConfig(n_train=1, n_val=0, n_test=1)
+>>> recs = list(generate_synthetic_sar(cfg, "0.1.0"))
+>>> [r.image_id for r in recs], recs[0].group_id
+(['synthetic_sar_train_00000', 'synthetic_sar_test_00000'], 'synthetic_sar_train_flight_000')
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from aegisbench.builders.source_table import SPLITS, SourceRecord
+from aegisbench.errors import BadInput
+from aegisbench.hashing import rng_for
+
+log = logging.getLogger(__name__)
+
+SOURCE = "synthetic_sar"
+TERRAINS = ("grass", "forest", "rock", "sand")
+_LOW = 8  # terrain layout is computed at 1/_LOW resolution, then upscaled
+_COVER = 0.2  # figure coverage that counts as "person pixel" for the box
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def value_noise(rng: np.random.Generator, height: int, width: int, cells, weights) -> np.ndarray:
+    """Multi-octave value noise (float32, zero mean, unit std): random grids with cell
+    sizes ``cells`` (pixels) upscaled by cubic interpolation and summed with ``weights``.
+
+    >>> value_noise(rng_for("doc"), 5, 7, (4, 2), (0.5, 0.5)).shape
+    (5, 7)
+    """
+    out = np.zeros((height, width), np.float32)
+    for cell, wgt in zip(cells, weights):
+        cell = max(float(cell), 1.0)
+        gh, gw = int(height / cell) + 3, int(width / cell) + 3
+        grid = rng.standard_normal((gh, gw), dtype=np.float32)
+        big = cv2.resize(grid, (int(gw * cell), int(gh * cell)), interpolation=cv2.INTER_CUBIC)
+        oy, ox = (int(v) for v in rng.integers(0, int(cell) + 1, 2))
+        out += np.float32(wgt) * big[oy:oy + height, ox:ox + width]
+    return out / np.float32(cv2.meanStdDev(out)[1][0, 0] + 1e-6)
+
+
+def every(index: int, fraction: float) -> bool:
+    """True for an evenly spread ``fraction`` of indices (0.2 -> 4, 9, 14, ...).
+
+    >>> [i for i in range(12) if every(i, 0.2)]
+    [4, 9]
+    """
+    return math.floor((index + 1) * fraction + 1e-9) > math.floor(index * fraction + 1e-9)
+
+
+def check_int(obj, name: str, minimum: int, where: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise BadInput(f"{name} must be an integer >= {minimum}, got {v!r}", where=where)
+
+
+def check_fraction(obj, name: str, where: str) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise BadInput(f"{name} must be a number in [0, 1], got {v!r}", where=where)
+
+
+def as_pair(obj, name: str, minimum: int, where: str) -> tuple[int, int]:
+    """Validate a pair of ints (lists from YAML accepted) and store it as a tuple."""
+    v = getattr(obj, name)
+    if (not isinstance(v, (tuple, list)) or len(v) != 2
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < minimum for x in v)):
+        raise BadInput(f"{name} must be two integers >= {minimum}, got {v!r}", where=where)
+    object.__setattr__(obj, name, tuple(v))
+    return tuple(v)
+
+
+@dataclass(frozen=True)
+class SyntheticSarConfig:
+    """Size and content of the synthetic SAR source (sizes are (width, height))."""
+
+    n_train: int = 160
+    n_val: int = 24
+    n_test: int = 40
+    small_size: tuple[int, int] = (640, 640)
+    large_size: tuple[int, int] = (2000, 1500)
+    large_fraction: float = 0.2  # val/test: every 5th image is large
+    train_large_fraction: float = 0.0  # train stays small: cheap to train on
+    images_per_flight: int = 6
+    min_persons: int = 1
+    max_persons: int = 6
+    large_persons_scale: float = 2.0  # person count multiplier on large frames
+    empty_fraction: float = 0.05  # images with nobody in them
+    person_size_px: tuple[int, int] = (16, 96)  # box long side, before perspective
+    oblique_fraction: float = 0.4  # flights flown with an oblique camera
+    target_label: str = "person"
+
+    def __post_init__(self) -> None:
+        where = "SyntheticSarConfig"
+        for name in ("n_train", "n_val", "n_test"):
+            check_int(self, name, 0, where)
+        check_int(self, "images_per_flight", 1, where)
+        check_int(self, "min_persons", 0, where)
+        check_int(self, "max_persons", self.min_persons, where)
+        for name in ("small_size", "large_size"):
+            as_pair(self, name, 128, where)
+        lo, hi = as_pair(self, "person_size_px", 4, where)
+        if lo > hi:
+            raise BadInput("person_size_px must be (min, max) with min <= max", where=where)
+        if hi * 1.6 > min(min(self.small_size), min(self.large_size)):
+            raise BadInput("person_size_px max is too large for the frame sizes", where=where)
+        for name in ("large_fraction", "train_large_fraction", "empty_fraction",
+                     "oblique_fraction"):
+            check_fraction(self, name, where)
+        if not isinstance(self.large_persons_scale, (int, float)) or not (
+                0.5 <= self.large_persons_scale <= 10):
+            raise BadInput("large_persons_scale must be a number in [0.5, 10]", where=where)
+        if not isinstance(self.target_label, str) or not self.target_label:
+            raise BadInput("target_label must be a non-empty string", where=where)
+
+    def count(self, split: str) -> int:
+        return {"train": self.n_train, "val": self.n_val, "test": self.n_test}[split]
+
+
+@dataclass(frozen=True)
+class SarScene:
+    """One rendered frame plus the masks that define its ground truth."""
+
+    image: np.ndarray  # uint8 RGB
+    boxes: np.ndarray  # float32 (n, 4) xyxy, tight around each drawn figure
+    water: np.ndarray  # bool (H, W): nobody may stand here
+    image_id: str
+    flight_id: str
+    view: str  # "nadir" or "oblique"
+    plate: np.ndarray | None = None  # debug: frame before the people were drawn
+    figure_alpha: np.ndarray | None = None  # debug: union of figure coverages
+
+
+def image_id_for(split: str, index: int) -> str:
+    return f"{SOURCE}_{split}_{index:05d}"
+
+
+def flight_id_for(cfg: SyntheticSarConfig, split: str, index: int) -> str:
+    return f"{SOURCE}_{split}_flight_{index // cfg.images_per_flight:03d}"
+
+
+def generate_synthetic_sar(cfg: SyntheticSarConfig, version: str) -> Iterator[SourceRecord]:
+    """Yield every image of every split (train, val, test) as a :class:`SourceRecord`."""
+    if not isinstance(cfg, SyntheticSarConfig):
+        raise TypeError("cfg must be a SyntheticSarConfig")
+    for split in SPLITS:
+        for i in range(cfg.count(split)):
+            sc = render_sar_scene(cfg, version, split, i)
+            yield SourceRecord.from_image(
+                sc.image_id, split, SOURCE, sc.image, boxes=sc.boxes,
+                labels=[cfg.target_label] * len(sc.boxes), group_id=sc.flight_id)
+        log.debug("synthetic_sar: %s split done (%d images)", split, cfg.count(split))
+
+
+# ---------------------------------------------------------------- flights
+
+_PALETTE = {
+    "grass": (92, 124, 58), "grass_dry": (152, 142, 86), "forest": (34, 52, 30),
+    "rock": (128, 120, 102), "sand": (186, 168, 132),
+}
+_WATER = ((38, 58, 66), (70, 72, 56), (44, 66, 92), (52, 76, 70))
+_ROAD = ((104, 104, 102), (158, 140, 112), (128, 118, 100))
+_AMP = np.array([0.17, 0.22, 0.14, 0.09], np.float32)  # texture strength per terrain
+_FINE = np.array([0.016, 0.012, 0.016, 0.01], np.float32)  # pixel grain per terrain
+_DETAIL_CELLS, _DETAIL_W = (3, 9, 28), (0.08, 0.5, 0.42)  # texture octaves (px, weight)
+
+
+def _flight(cfg: SyntheticSarConfig, version: str, flight_id: str) -> dict:
+    """Flight-wide settings: camera, altitude (person scale), sun, season, land cover."""
+    rng = rng_for(version, SOURCE, flight_id)
+    lo, hi = cfg.person_size_px
+    weights = rng.dirichlet([1.6, 1.0, 0.6, 0.5])
+    dry = float(rng.beta(1.2, 2.5))
+    colours = {}
+    for t in TERRAINS:
+        base = np.array(_PALETTE[t], np.float32)
+        if t == "grass":
+            base = (1 - dry) * base + dry * np.array(_PALETTE["grass_dry"], np.float32)
+        colours[t] = base * rng.uniform(0.9, 1.1) + rng.normal(0, 3, 3)
+    sun = rng.uniform(0, 2 * math.pi)
+    return {
+        "view": "oblique" if rng.random() < cfg.oblique_fraction else "nadir",
+        # typical person box side in px: fixes the ground sampling distance of the flight
+        "scale": float(math.exp(rng.uniform(math.log(lo * 1.1), math.log(hi / 1.2)))),
+        "weights": weights, "colours": colours,
+        "sun": np.array([math.cos(sun), math.sin(sun)], np.float32),  # shadow direction
+        "shadow_len": float(rng.uniform(0.3, 0.9)),  # low sun -> long shadows
+        "shadow_strength": float(rng.uniform(0.3, 0.5)),
+        "water_p": float(rng.choice([0.0, 0.35, 0.7])),
+        "water_colour": np.array(_WATER[rng.integers(len(_WATER))], np.float32),
+        "road_p": float(rng.uniform(0.1, 0.7)),
+        "tree_density": float(rng.uniform(0.5, 1.0)),
+        "rock_density": float(rng.uniform(0.2, 1.0)) * (0.5 + 2 * weights[2]),
+        "exposure": float(rng.uniform(0.92, 1.1)),
+        "tint": rng.normal(1.0, 0.025, 3).astype(np.float32),
+    }
+
+
+# ---------------------------------------------------------------- rendering
+
+def render_sar_scene(cfg: SyntheticSarConfig, version: str, split: str, index: int,
+                     debug: bool = False) -> SarScene:
+    """Render image ``index`` of ``split``; ``debug`` keeps the plate and figure masks."""
+    if split not in SPLITS:
+        raise BadInput(f"split must be one of {SPLITS}", where="render_sar_scene")
+    image_id = image_id_for(split, index)
+    flight_id = flight_id_for(cfg, split, index)
+    fl = _flight(cfg, version, flight_id)
+    rng = rng_for(version, SOURCE, image_id)
+    large = every(index, cfg.train_large_fraction if split == "train" else cfg.large_fraction)
+    w, h = cfg.large_size if large else cfg.small_size
+    oblique = fl["view"] == "oblique"
+    grad = float(rng.uniform(0.35, 0.6)) if oblique else 0.0
+    persp = (1.0 + grad * (np.arange(h, dtype=np.float32) / h - 0.5)).astype(np.float32)
+    unit = fl["scale"] * float(rng.uniform(0.92, 1.08))  # px per "person" at mid-frame
+
+    img, amp, fine, forest_w = _terrain_base(rng, fl, w, h)
+    wfield = _water_field(rng, fl, w, h)
+    water = wfield > -0.03  # the anti-aliased edge band counts as water too
+    if water.any():
+        _blend_water(rng, fl, img, amp, wfield)
+    road = _roads(rng, fl, img, water, unit)
+    trees, rocks = _scatter(rng, fl, forest_w, water | road, persp, unit, w, h)
+    _cast_shadows(img, trees, rocks, fl)
+    img = cv2.convertScaleAbs(img)  # saturating float -> uint8
+    _draw_rocks(img, rocks, fl, rng)
+    _draw_trees(img, trees, fl, rng)
+    zoom = min(max(unit / 40, 0.6), 2.5)
+    detail = value_noise(rng, h, w, tuple(c * zoom for c in _DETAIL_CELLS), _DETAIL_W)
+    grain = value_noise(rng, h, w, (1.5,), (1.0,))
+    tex = cv2.add(cv2.multiply(amp, detail), cv2.multiply(fine, grain)) + np.float32(1)
+    gain = fl["exposure"] * fl["tint"] * np.float32(rng.uniform(0.95, 1.05))
+    img = cv2.multiply(img.astype(np.float32), cv2.merge([tex * g for g in gain.tolist()]))
+    if oblique:  # aerial perspective: distant (upper) ground is hazier
+        haze = float(rng.uniform(0.12, 0.3)) * (1 - np.arange(h, dtype=np.float32) / h) ** 2
+        img = img * (1 - haze[:, None, None]) + haze[:, None, None] * np.float32(190)
+    plate = cv2.convertScaleAbs(img) if debug else None
+
+    n = _person_count(cfg, rng, large)
+    boxes, alpha = _place_people(rng, fl, img, water, trees, persp, unit, n, debug)
+    out = cv2.convertScaleAbs(img)
+    return SarScene(out, boxes, water, image_id, flight_id, fl["view"], plate, alpha)
+
+
+def _person_count(cfg: SyntheticSarConfig, rng: np.random.Generator, large: bool) -> int:
+    if rng.random() < cfg.empty_fraction:
+        return 0
+    scale = cfg.large_persons_scale if large else 1.0
+    lo = max(int(round(cfg.min_persons * scale)), min(cfg.min_persons, 1))
+    return int(rng.integers(lo, max(lo, int(round(cfg.max_persons * scale))) + 1))
+
+
+def _terrain_base(rng, fl, w, h):
+    """Soft mixture of terrain classes: colour, texture amplitudes and forest weight."""
+    lw, lh = w // _LOW + 1, h // _LOW + 1
+    zoom = min(max(fl["scale"] / 40, 0.7), 2.0)
+    scores = [3.0 * fl["weights"][k] + 0.9 * value_noise(
+        rng, lh, lw, (300 * zoom / _LOW, 90 * zoom / _LOW), (0.7, 0.3)) for k in range(4)]
+    s = np.stack(scores, -1) * 4.0
+    s = np.exp(s - s.max(-1, keepdims=True))
+    wts = s / s.sum(-1, keepdims=True)
+    cols = np.stack([fl["colours"][t] for t in TERRAINS], 0)
+    colour = cv2.resize((wts @ cols).astype(np.float32), (w, h))
+    maps = np.stack([wts @ _AMP, wts @ _FINE, wts[..., 1]], -1).astype(np.float32)
+    amp, fine, forest_w = cv2.split(cv2.resize(maps, (w, h)))
+    return colour, amp, fine, forest_w
+
+
+def _water_field(rng, fl, w, h):
+    """Signed field (> 0 inside water) at full resolution: a lake or a meandering river."""
+    if rng.random() >= fl["water_p"]:
+        return np.full((h, w), -1.0, np.float32)
+    lw, lh = w // _LOW + 1, h // _LOW + 1
+    if rng.random() < 0.5:
+        n = value_noise(rng, lh, lw, (500 / _LOW, 150 / _LOW), (0.8, 0.2))
+        thr = max(float(rng.uniform(0.7, 1.4)), float(np.quantile(n, 0.7)))
+        f = (n - thr) * 0.5
+    else:
+        yy, xx = np.mgrid[0:lh, 0:lw].astype(np.float32)
+        ang = rng.uniform(0, math.pi)
+        v = -(xx - lw / 2) * math.sin(ang) + (yy - lh / 2) * math.cos(ang)
+        wander = value_noise(rng, lh, lw, (600 / _LOW,), (1.0,)) * (160 / _LOW)
+        half = rng.uniform(25, 80) / _LOW
+        off = rng.uniform(-0.3, 0.3) * max(lw, lh)
+        f = (half - np.abs(v - off + wander)) / half * 0.5
+    return cv2.resize(f.astype(np.float32), (w, h), interpolation=cv2.INTER_CUBIC)
+
+
+def _bbox(mask: np.ndarray) -> tuple[slice, slice]:
+    rows, cols = np.flatnonzero(mask.any(1)), np.flatnonzero(mask.any(0))
+    return slice(rows[0], rows[-1] + 1), slice(cols[0], cols[-1] + 1)
+
+
+def _blend_water(rng, fl, img, amp, wf):
+    """Water over the terrain colour (its own ripple, no terrain texture); wet dark banks."""
+    region = _bbox(wf > -0.2)
+    wf = wf[region]
+    shore = np.minimum(np.maximum(wf + 0.2, 0), 0.2) * np.float32(1.25) * (wf < 0)
+    a = np.minimum(np.maximum(wf * np.float32(20), 0), 1)
+    ripple = value_noise(rng, wf.shape[0], wf.shape[1], (5, 30), (0.4, 0.6))
+    depth = np.minimum(np.maximum(wf * np.float32(1.2), 0), 0.45)
+    keep = (1 - shore) * (1 - a)
+    wet = (1 - depth) * (1 + np.float32(0.045) * ripple) * a
+    img[region] = cv2.add(cv2.multiply(img[region], cv2.merge([keep] * 3)),
+                          cv2.merge([wet * c for c in fl["water_colour"].tolist()]))
+    amp[region] *= 1 - a
+
+
+def _roads(rng, fl, img, water, unit):
+    h, w = water.shape
+    mask = np.zeros((h, w), np.uint8)
+    p = fl["road_p"]
+    for _ in range(int(rng.random() < p) + int(rng.random() < p / 3)):
+        t = np.linspace(0, 1, 32)
+        (x0, y0), (x1, y1) = _edge_point(rng, w, h), _edge_point(rng, w, h)
+        bend = np.sin(t * math.pi) * rng.normal(0, 0.25) * max(w, h)
+        dx, dy = y1 - y0, -(x1 - x0)
+        norm = math.hypot(dx, dy) + 1e-6
+        pts = np.stack([x0 + (x1 - x0) * t + bend * dx / norm,
+                        y0 + (y1 - y0) * t + bend * dy / norm], 1)
+        width = max(3, int(unit * rng.uniform(0.5, 1.5)))
+        cv2.polylines(mask, [pts.round().astype(np.int32)], False, 255, width, cv2.LINE_AA)
+    mask[water] = 0
+    if mask.any():
+        region = _bbox(mask > 0)
+        a = (mask[region].astype(np.float32) / 255)[..., None]
+        col = np.array(_ROAD[rng.integers(len(_ROAD))], np.float32) * rng.uniform(0.9, 1.1)
+        img[region] = img[region] * (1 - a) + a * col
+    return mask > 127
+
+
+def _edge_point(rng, w, h):
+    side, r = int(rng.integers(4)), float(rng.random())
+    return [(r * w, -10), (r * w, h + 10), (-10, r * h), (w + 10, r * h)][side]
+
+
+def _scatter(rng, fl, forest_w, blocked, persp, unit, w, h):
+    """Tree and rock lists of (x, y, radius); trees follow the forest weight."""
+    r_tree = np.array([0.5, 1.4]) * unit  # crown radius range, px at mid-frame
+    n_cand = int(1.3 * w * h / (math.pi * r_tree.prod()) * fl["tree_density"])
+    x, y = rng.uniform(0, w, n_cand), rng.uniform(0, h, n_cand)
+    xi, yi = x.astype(int).clip(0, w - 1), y.astype(int).clip(0, h - 1)
+    p = np.clip((forest_w[yi, xi] - 0.3) / 0.4, 0, 1) + 0.02
+    keep = (rng.random(n_cand) < p) & ~blocked[yi, xi]
+    r = np.exp(rng.uniform(*np.log(r_tree), n_cand)) * persp[yi]
+    trees = np.stack([x, y, r], 1)[keep]
+    n_rock = int(w * h / unit ** 2 * 0.25 * fl["rock_density"])
+    x, y = rng.uniform(0, w, n_rock), rng.uniform(0, h, n_rock)
+    xi, yi = x.astype(int).clip(0, w - 1), y.astype(int).clip(0, h - 1)
+    r = np.exp(rng.uniform(math.log(0.08 * unit), math.log(0.45 * unit), n_rock)) * persp[yi]
+    rocks = np.stack([x, y, np.maximum(r, 1.5)], 1)[~blocked[yi, xi]]
+    return trees, rocks
+
+
+def _cast_shadows(img, trees, rocks, fl):
+    h, w = img.shape[:2]
+    sh = np.zeros((h, w), np.uint8)
+    d = fl["sun"] * fl["shadow_len"]
+    for x, y, r in np.concatenate([trees, rocks]):
+        cv2.circle(sh, (int(x + d[0] * r * 1.5), int(y + d[1] * r * 1.5)), int(r * 0.85), 255, -1)
+    sh = cv2.GaussianBlur(sh, (0, 0), 1.5).astype(np.float32) / 255
+    img *= (1 - fl["shadow_strength"] * sh)[..., None]
+
+
+def _draw_rocks(img, rocks, fl, rng):
+    n = len(rocks)
+    ang = np.sort(rng.uniform(0, 2 * math.pi, (n, 8)), axis=1)
+    rad = rng.uniform(0.6, 1.0, (n, 8)) * rocks[:, 2:3]
+    pts = np.stack([rocks[:, :1] + rad * np.cos(ang), rocks[:, 1:2] + rad * np.sin(ang)], -1)
+    cols = rng.uniform(100, 175, (n, 1)) * rng.uniform((0.97, 0.96, 0.9), (1.04, 1.02, 0.98),
+                                                       (n, 3))
+    hl = rocks[:, :2] - fl["sun"] * rocks[:, 2:3] * 0.3
+    for (x, y, r), poly, col, (hx, hy) in zip(rocks, pts.round().astype(np.int32), cols, hl):
+        cv2.fillPoly(img, [poly], tuple(col.tolist()), cv2.LINE_AA)
+        cv2.circle(img, (int(hx), int(hy)), max(1, int(r * 0.45)),
+                   tuple(np.minimum(col * 1.12, 255).tolist()), -1, cv2.LINE_AA)
+
+
+def _draw_trees(img, trees, fl, rng):
+    """Crowns: a dark base disc, 5 jittered clumps and a sunlit highlight (random draws
+    are vectorised; trees are drawn top to bottom)."""
+    trees = trees[np.argsort(trees[:, 1], kind="stable")]
+    n, k = len(trees), 5
+    r = trees[:, 2:3]
+    base = np.array((40, 66, 36)) * rng.uniform(0.7, 1.25, (n, 1)) + rng.normal(0, 5, (n, 3))
+    off = trees[:, None, :2] + rng.normal(0, 1, (n, k, 2)) * r[:, :, None] * 0.28
+    rr = np.maximum(1, r * rng.uniform(0.45, 0.7, (n, k))).astype(int)
+    cc = base[:, None, :] * rng.uniform(0.88, 1.1, (n, k, 1))
+    hl = trees[:, :2] - fl["sun"] * r * 0.3
+    for i in range(n):
+        x, y, ri = trees[i]
+        cv2.circle(img, (int(x), int(y)), max(1, int(ri * 0.9)), (base[i] * 0.7).tolist(), -1,
+                   cv2.LINE_AA)
+        for j in range(k):
+            cv2.circle(img, (int(off[i, j, 0]), int(off[i, j, 1])), int(rr[i, j]),
+                       cc[i, j].tolist(), -1, cv2.LINE_AA)
+        cv2.circle(img, (int(hl[i, 0]), int(hl[i, 1])), max(1, int(ri * 0.35)),
+                   np.minimum(base[i] * 1.25, 255).tolist(), -1, cv2.LINE_AA)
+
+
+# ---------------------------------------------------------------- people
+
+_BRIGHT = ((205, 40, 40), (232, 120, 30), (228, 205, 45), (40, 85, 205), (115, 165, 225),
+           (236, 236, 230), (222, 100, 165), (125, 60, 165), (60, 180, 75), (40, 170, 180))
+_DRAB = ((95, 100, 55), (150, 135, 95), (100, 70, 45), (60, 60, 62), (35, 40, 72),
+         (28, 28, 30), (80, 90, 60), (100, 38, 42))
+_TROUSERS = ((50, 65, 112), (30, 30, 32), (140, 125, 90), (90, 90, 92), (85, 62, 42))
+_SKIN = ((240, 200, 170), (225, 180, 140), (190, 140, 100), (140, 95, 65), (95, 65, 45))
+_HAIR = ((25, 20, 18), (60, 40, 25), (110, 75, 45), (200, 170, 110), (160, 160, 155))
+_POSES = ("standing", "walking", "sitting", "lying")
+_SS = 3  # figure supersampling factor
+
+
+@dataclass(frozen=True)
+class Figure:
+    cover: np.ndarray  # float32 (s, s) coverage in [0, 1]
+    premult: np.ndarray  # float32 (s, s, 3) colour * coverage
+    shadow: np.ndarray  # float32 (s, s) cast-shadow opacity in [0, 1]
+    anchor: int  # canvas pixel that sits on the placement point
+
+
+def _person(rng: np.random.Generator, view: str) -> dict:
+    """Pose, skeleton (unit body length, head top at y=0) and colours of one person."""
+    pose = _POSES[rng.choice(4, p=(0.3, 0.3, 0.15, 0.25))]
+    def pick(pal):
+        return np.asarray(pal[rng.integers(len(pal))], np.float32) * rng.uniform(0.88, 1.1, 3)
+
+    shirt = pick(_BRIGHT if rng.random() < 0.6 else _DRAB)
+    legs = [((-0.06, 0.52), (-0.07, 0.98)), ((0.06, 0.52), (0.07, 0.98))]
+    arms = [((-0.12, 0.22), (-0.17, 0.52)), ((0.12, 0.22), (0.17, 0.52))]
+    if pose == "walking":
+        s = rng.uniform(0.5, 1.0)
+        legs = [((-0.06, 0.52), (-0.05 - 0.11 * s, 0.97)), ((0.06, 0.52), (0.05 + 0.11 * s, 0.96))]
+        arms = [((-0.12, 0.22), (-0.2 - 0.06 * s, 0.48)), ((0.12, 0.22), (0.1, 0.52))]
+    elif pose == "sitting":
+        legs = [((-0.06, 0.52), (-0.11, 0.64), (-0.13, 0.8)),
+                ((0.06, 0.52), (0.11, 0.64), (0.13, 0.8))]
+        arms = [((-0.12, 0.22), (-0.11, 0.58)), ((0.12, 0.22), (0.11, 0.58))]
+    elif pose == "lying" and rng.random() < 0.5:  # spread / arms overhead
+        legs = [((-0.06, 0.52), (-0.17, 0.97)), ((0.06, 0.52), (0.17, 0.97))]
+        arms = [((-0.12, 0.22), (-0.3, -0.04)), ((0.12, 0.22), (0.28, 0.0))]
+    return {"pose": pose, "legs": legs, "arms": arms, "shirt": shirt,
+            "trousers": shirt * 0.8 if rng.random() < 0.15 else pick(_TROUSERS),
+            "skin": pick(_SKIN),
+            "hair": pick(_HAIR) if rng.random() < 0.75 else pick(_BRIGHT + _DRAB),  # or a hat
+            "tilt": rng.normal(0, 0.12), "angle": rng.uniform(0, 2 * math.pi),
+            "fore": rng.uniform(0.35, 0.6), "view": view}
+
+
+def _rot(theta: float) -> np.ndarray:
+    c, s = math.cos(theta), math.sin(theta)
+    return np.array([[c, -s], [s, c]], np.float32)
+
+
+def _up_to(direction: np.ndarray) -> np.ndarray:
+    """Rotation taking the local "up" (0, -1) onto ``direction``."""
+    return _rot(math.atan2(direction[1], direction[0]) + math.pi / 2)
+
+
+def _primitives(p: dict):
+    """(kind, colour, points, width) in unit coordinates, drawing order."""
+    t = np.linspace(0, 2 * math.pi, 20, endpoint=False)
+    torso = np.stack([0.12 * np.cos(t), 0.34 + 0.19 * np.sin(t)], 1)
+    prims = [("line", p["trousers"], leg, 0.085) for leg in p["legs"]]
+    prims.append(("poly", p["shirt"], torso, 0.0))
+    prims += [("line", p["shirt"], arm, 0.065) for arm in p["arms"]]
+    prims += [("dot", p["skin"], (arm[-1],), 0.035) for arm in p["arms"]]
+    prims.append(("dot", p["skin"], ((0.0, 0.085),), 0.08))
+    prims.append(("dot", p["hair"], ((0.0, 0.065),), 0.066))
+    return [(k, c, np.asarray(pts, np.float32), wd) for k, c, pts, wd in prims]
+
+
+def _figure(p: dict, size: float, radial: float, radius: float, sun, shadow_len: float,
+            fx: float, fy: float) -> Figure:
+    """Render one person (and cast shadow) so that the box long side is about ``size``."""
+    prims = _primitives(p)
+    centre = np.array([0.0, 0.5], np.float32)
+    if p["pose"] == "lying":
+        lin = np.diag([1.0, 0.8 if p["view"] == "oblique" else 1.0]) @ _rot(p["angle"])
+    elif p["view"] == "oblique":
+        lin = _rot(p["tilt"])
+    else:  # nadir: upright people lean away from the image centre, foreshortened
+        fore = p["fore"] + 0.35 * min(radius, 1.0)
+        lin = _up_to(np.array([math.cos(radial), math.sin(radial)])) @ np.diag([1, fore])
+    pts = np.concatenate([pr[2] for pr in prims]) - centre
+    ext = (pts @ lin.T).max(0) - (pts @ lin.T).min(0) + 0.12
+    body = size / float(ext.max())  # unit length in pixels
+    sun = np.asarray(sun, np.float32)
+    if p["pose"] == "lying":
+        s_lin, s_off = lin, sun * 0.07 * body
+    else:  # silhouette projected on the ground from the feet, along the sun direction
+        s_lin = _up_to(sun) @ np.diag([1, shadow_len * (0.75 if p["pose"] == "sitting" else 1)])
+        feet = np.array([0.0, 0.97], np.float32)
+        s_off = ((feet - centre) @ lin.T - (feet - centre) @ s_lin.T) * body
+    reach = max(np.abs(pts @ lin.T).max(), np.abs(pts @ s_lin.T).max()) * body
+    half = int(math.ceil(reach + np.abs(s_off).max() + 0.12 * body)) + 3
+    side = 2 * half + 1
+    origin = np.array([half + fx, half + fy], np.float32)
+    col = np.zeros((side * _SS, side * _SS, 3), np.uint8)
+    mask = np.zeros((side * _SS, side * _SS), np.uint8)
+    shadow = np.zeros_like(mask)
+    for kind, colour, upts, wd in prims:
+        c = tuple(float(v) for v in np.clip(colour, 0, 255))
+        for canvas, m, off, value in ((col, lin, 0, c), (mask, lin, 0, 255),
+                                      (shadow, s_lin, s_off, 255)):
+            q = (((upts - centre) @ m.T) * body + origin + off) * _SS
+            q = q.round().astype(np.int32)
+            thick = max(1, int(round(wd * body * _SS)))
+            if kind == "line":
+                cv2.polylines(canvas, [q], False, value, thick)
+            elif kind == "poly":
+                cv2.fillPoly(canvas, [q], value)
+            else:
+                cv2.circle(canvas, (int(q[0, 0]), int(q[0, 1])), thick, value, -1)
+    down = lambda a: cv2.resize(a.astype(np.float32), (side, side), interpolation=cv2.INTER_AREA)
+    sh = cv2.GaussianBlur(down(shadow) / 255, (0, 0), 0.6)
+    return Figure(down(mask) / 255, down(col), sh, half)
+
+
+def _place_people(rng, fl, img, water, trees, persp, unit, n, debug):
+    h, w = water.shape
+    margin = cv2.dilate(water.astype(np.uint8), np.ones((5, 5), np.uint8))
+    for x, y, r in trees:  # nobody stands on a tree crown
+        cv2.circle(margin, (int(x), int(y)), int(r * 0.9), 1, -1)
+    margin = margin > 0
+    taken = np.zeros((h, w), bool)
+    alpha = np.zeros((h, w), np.float32) if debug else None
+    boxes = []
+    for _ in range(n):
+        p = _person(rng, fl["view"])
+        size = unit * float(np.exp(rng.normal(0, 0.13)))
+        for _attempt in range(40):
+            if len(trees) and rng.random() < 0.25:  # next to a tree
+                tx, ty, tr = trees[rng.integers(len(trees))]
+                a = rng.uniform(0, 2 * math.pi)
+                cx, cy = tx + math.cos(a) * (tr + 0.5 * size), ty + math.sin(a) * (tr + 0.5 * size)
+            else:
+                cx, cy = rng.uniform(0, w), rng.uniform(0, h)
+            r, q = int(size * 0.6) + 2, int(size * 0.25)  # cheap checks before rendering
+            if not (r < cx < w - r and r < cy < h - r) or margin[int(cy) - q:int(cy) + q + 1,
+                                                                 int(cx) - q:int(cx) + q + 1].any():
+                continue
+            radial = math.atan2(cy - h / 2, cx - w / 2)
+            radius = math.hypot(cx - w / 2, cy - h / 2) / (0.5 * math.hypot(w, h))
+            fig = _figure(p, size * float(persp[int(cy)]), radial, radius, fl["sun"],
+                          fl["shadow_len"], cx % 1, cy % 1)
+            ox, oy = int(cx) - fig.anchor, int(cy) - fig.anchor
+            ph, pw = fig.cover.shape
+            if ox < 1 or oy < 1 or ox + pw > w - 1 or oy + ph > h - 1:
+                continue
+            region = (slice(oy, oy + ph), slice(ox, ox + pw))
+            solid = fig.cover > 0.01
+            footprint = solid | (fig.shadow > 0.02)
+            if (margin[region] & solid).any() or (taken[region] & footprint).any():
+                continue
+            break
+        else:
+            continue
+        patch = img[region]
+        patch *= (1 - fl["shadow_strength"] * fig.shadow)[..., None]
+        patch *= (1 - fig.cover)[..., None]
+        patch += fig.premult * fl["exposure"] * fl["tint"]
+        taken[region] |= footprint
+        ys, xs = np.nonzero(fig.cover >= _COVER)
+        boxes.append([ox + xs.min(), oy + ys.min(), ox + xs.max() + 1, oy + ys.max() + 1])
+        if debug:
+            alpha[region] = np.maximum(alpha[region], fig.cover)
+    return np.asarray(boxes, np.float32).reshape(-1, 4), alpha
