@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import sys
 from pathlib import Path
@@ -118,8 +119,11 @@ def cmd_preview(args) -> int:
     params = Params.load(args.params)
     for src in params.sources:
         table = Path(params.sources_dir) / f"{src.name}.parquet"
-        path = contact_sheet(read_source_table(table, splits=[args.split]),
-                             Path(args.out) / f"{src.name}.png")
+        records = list(itertools.islice(read_source_table(table, splits=[args.split]), 36))
+        if not records:
+            log.warning("source %s has no %s images: no contact sheet", src.name, args.split)
+            continue
+        path = contact_sheet(records, Path(args.out) / f"{src.name}.png")
         print(f"wrote {path}")
     return 0
 

@@ -1,0 +1,209 @@
+"""Metrics: hand-computed cases, numbers from the seed papers, scikit-learn cross-checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.calibration import calibration_curve as sk_calibration_curve
+from sklearn.metrics import auc, average_precision_score, brier_score_loss, precision_recall_curve
+
+from aegisbench import metrics as M
+from aegisbench.evaluation.matching import match_images
+from aegisbench.hashing import rng_for
+
+
+def test_counts_metrics_and_directions():
+    per_image = np.array([[3, 1, 1], [0, 0, 2], [1, 0, 0]])
+    assert M.recall(per_image) == 4 / 7 and M.precision(per_image) == 4 / 5
+    assert M.f1(per_image) == pytest.approx(2 * 4 / (2 * 4 + 1 + 3))
+    assert M.recall([0, 0, 0]) == 0.0 and M.precision([0, 0, 5]) == 0.0 and M.f1([0, 0, 0]) == 0.0
+    with pytest.raises(ValueError):
+        M.recall([-1, 0, 0])
+    state = M._counts_update(None, per_image[:2])
+    assert M._counts_update(state, per_image[2:]).tolist() == [4, 1, 3]
+    for fn, d in [(M.recall, True), (M.f1, True), (M.relative_drop, False), (M.brier_score, False),
+                  (M.expected_calibration_error, False), (M.average_precision, True), (M.effectiveness_score, False),
+                  (M.time_to_detect, False), (M.calibration_curve, None), (M.localization_stability, True)]:
+        assert M.higher_is_better(fn) is d, fn.__name__
+
+
+def test_recall_by_size_bands_are_half_open():
+    gt = np.array([[0, 0, 15, 16], [0, 0, 16, 16], [0, 0, 32, 32], [0, 0, 96, 96], [0, 0, 100, 100]], float)
+    out = M.recall_by_size(gt, [True, False, True, True, False])
+    assert {k: v["n_gt"] for k, v in out.items()} == {"tiny": 1, "small": 1, "medium": 1, "large": 2}
+    assert out["tiny"]["recall"] == 1.0 and out["small"]["recall"] == 0.0 and out["large"]["recall"] == 0.5
+    assert np.isnan(M.recall_by_size(gt[:1], [True])["large"]["recall"])
+
+
+def test_relative_drop_and_map_percent_loss():
+    assert M.relative_drop(0.8, 0.2) == pytest.approx(0.75)
+    assert np.isnan(M.relative_drop(0.0, 0.0))
+    assert M.map_percent_loss(0.25, 0.5) == -50.0
+    assert M.map_percent_loss(0.5, 0.5) == 0.0
+
+
+def test_localization_stability_and_silent_failure():
+    gt = [np.array([[0, 0, 10, 10], [50, 50, 60, 60]], float)]
+    clean = match_images([np.array([[0, 0, 10, 10], [50, 50, 60, 60]], float)], [np.array([0.9, 0.9])], gt)
+    corr = match_images([np.array([[1, 0, 11, 10]], float)], [np.array([0.8])], gt)
+    out = M.localization_stability(clean, corr, 0.5)
+    assert out["n_both"] == 1 and out["n_clean_detected"] == 2
+    assert out["stability"] == pytest.approx(90 / 110)
+    assert out["center_shift"] == pytest.approx(1 / np.sqrt(200))
+    assert np.isnan(M.localization_stability(clean, corr, 0.85)["stability"])  # nothing survives
+    other = match_images([np.zeros((0, 4))], [np.zeros(0)], [gt[0][:1]])
+    with pytest.raises(ValueError):
+        M.localization_stability(clean, other, 0.5)
+    # recall 0.89 -> 0.00 with nothing left: silent; -> 0.40 with boxes on target: silent
+    assert M.silent_failure(0.89, 0.0, float("nan"), 0)
+    assert M.silent_failure(0.89, 0.40, 0.80, 120)
+    assert not M.silent_failure(0.89, 0.40, 0.50, 120)  # survivors drift off target: not silent
+    assert not M.silent_failure(0.89, 0.80, 0.90, 300)  # recall did not collapse
+    assert not M.silent_failure(0.0, 0.0, float("nan"), 0)
+    with pytest.raises(ValueError):
+        M.SilentFailureParams(min_stability=1.5)
+
+
+def test_warp_flip_probabilities_and_deception():
+    orig = [True, False, True]
+    patched = np.array([[True, False, False, True], [False, True, False, False], [True, True, True, True]])
+    alpha, beta = M.flip_probabilities(orig, patched)
+    assert alpha.tolist() == [0.5, 0.0, 0.0] and beta.tolist() == [0.0, 0.25, 0.0]
+    with pytest.raises(ValueError):
+        M.flip_probabilities(orig, patched[:2])
+    patches = M.grid_patch_boxes(250, 100, grid=(2, 5), patch_size=10)
+    assert patches.shape == (10, 4) and patches[6].tolist() == [70.0, 70.0, 80.0, 80.0]  # row 1, col 1
+    dets = [np.zeros((0, 4))] * 10
+    dets[6] = np.array([[70, 70, 80, 80], [71, 70, 81, 80], [0, 0, 5, 5]], float)
+    dets[2] = np.array([[125, 20, 150, 45]], float)  # overlaps its patch with IoU < 0.5
+    counts = M.deception_counts(patches, dets)
+    assert counts.tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 0]
+    per_img = np.stack([counts, np.zeros(10, int)])
+    assert M.gamma_rates(per_img).tolist() == [0.2, 0.0]
+    assert M.deception_heatmap(per_img, (2, 5))[1, 1] == 2
+
+
+def test_warp_gamma_table_reproduces_paper_expected_rates():
+    # WARP Table 5: gamma value counts over 1661 test images, 625 grid positions each
+    for table, expected in [({0: 1629, 1: 32}, 3.08e-5), ({0: 1570, 1: 85, 2: 5, 3: 1}, 9.44e-5)]:
+        rows = []
+        for d, n in table.items():
+            r = np.zeros((n, 625), int)
+            r[:, :d] = 1
+            rows.append(r)
+        per_pos = np.concatenate(rows)
+        gamma = M.gamma_rates(per_pos)
+        assert M.warp_summary([0], [0], gamma)["gamma"] == pytest.approx(expected, rel=2e-3)
+        assert [(d, n) for d, _, n in M.gamma_count_table(per_pos)] == sorted(table.items())
+        assert M.gamma_count_table(per_pos)[1][1] == 0.0016
+
+
+# Seed 002, Table 1 (vase detections out of 500 frames); environments in the order
+# (center, right) x (halogen, LED) x distance 1, 5, 10, 15, 20 inches
+BASE = [182, 404, 500, 298, 499, 0, 500, 500, 500, 500] * 2
+PATCHES = {
+    "composite_cxo": [7, 20, 0, 0, 0, 419, 500, 27, 0, 0, 0, 0, 206, 0, 0, 2, 247, 500, 479, 0],
+    "imagenet_cxo": [0, 0, 0, 0, 0, 955, 391, 0, 0, 0, 18, 206, 0, 0, 0, 457, 500, 500, 500, 0],
+    "imagenet_o": [500, 500, 30, 1, 32, 500, 500, 500, 500, 28, 499, 500, 302, 26, 1, 500, 500, 500, 500, 0],
+    "white": [500, 500, 0, 0, 0, 500, 500, 456, 0, 0, 479, 313, 1, 0, 0, 500, 500, 500, 490, 120],
+}
+
+
+def test_effectiveness_score_reproduces_seed_table_2():
+    expected = {"composite_cxo": 0.536, "imagenet_cxo": 0.424, "imagenet_o": 0.135, "white": 0.241}
+    for name, counts in PATCHES.items():
+        assert round(M.effectiveness_score(BASE, counts, 500), 3) == expected[name], name
+    assert M.effectiveness_score(BASE, BASE, 500) == 0.0  # no patch
+    # not clipped: 955 detections in 500 frames count as they are
+    assert M.effectiveness_score([0], [955], 500) == pytest.approx(-1.91)
+    assert M.effectiveness_score(BASE, PATCHES["imagenet_cxo"], 500) == pytest.approx((7766 - 3527) / 10000)
+    with pytest.raises(ValueError):
+        M.effectiveness_score([1, 2], [1], 500)
+    with pytest.raises(ValueError):
+        M.effectiveness_score([1], [1], 0)
+
+
+def test_effectiveness_breakdown_and_interval():
+    bulb = (["halogen"] * 5 + ["led"] * 5) * 2
+    location = ["center"] * 10 + ["right"] * 10
+    out = M.effectiveness_breakdown(BASE, PATCHES["composite_cxo"], 500, {"bulb": bulb, "location": location})
+    assert out["bulb"]["halogen"] == pytest.approx((2 * 1883 - 27 - 206) / (10 * 500))
+    assert out["location"]["right"] == pytest.approx((3883 - 206 - 1228) / (10 * 500))
+    lo, hi = M.effectiveness_interval(BASE, PATCHES["composite_cxo"], 500, ("composite",))
+    assert lo <= 0.5359 <= hi
+    assert (lo, hi) == M.effectiveness_interval(BASE, PATCHES["composite_cxo"], 500, ("composite",))
+
+
+def test_image_level_prf_and_time_to_detect():
+    out = M.image_level_prf([True, True, False, False, True], [True, False, True, False, True])
+    assert (out["tp"], out["fp"], out["fn"]) == (2, 1, 1)
+    assert out["precision"] == pytest.approx(2 / 3) and out["recall"] == pytest.approx(2 / 3)
+    box = np.array([[0, 0, 10, 10.0]])
+    m = match_images([box, np.zeros((0, 4)), box], [[0.3], [], [0.9]], [box, box, np.zeros((0, 4))])
+    assert M.image_positive(m, 0.5).tolist() == [False, False, True]
+    frames = np.arange(10)
+    det = np.zeros(10, bool)
+    det[[1, 5, 7]] = True
+    r = M.time_to_detect(frames, det, 3, time_s=frames * 30.0)
+    assert r == {"detected": True, "frames": 2, "minutes": 1.0}
+    assert M.time_to_detect(frames, det, 3, seconds_per_frame=60)["minutes"] == 2.0
+    assert M.time_to_detect(frames, det, 8)["detected"] is False
+    with pytest.raises(ValueError):
+        M.time_to_detect(frames[4:], det[4:], 3, time_s=frames[4:] * 30.0)
+    s = M.time_to_detect_summary([r, {"detected": True, "frames": 4, "minutes": 3.0},
+                                  {"detected": False, "frames": None, "minutes": None}])
+    assert s["n_sequences"] == 3 and s["n_detected"] == 2
+    assert s["mean_minutes"] == 2.0 and s["sd_minutes"] == pytest.approx(np.sqrt(2))
+
+
+def random_probs(key, n=500):
+    rng = rng_for("test", "calibration", key)
+    edges = np.linspace(0, 1, 11)
+    p = np.where(rng.random(n) < 0.3, rng.choice(edges, n), rng.random(n))  # many exactly on bin edges
+    y = (rng.random(n) < p).astype(int)
+    return p, y
+
+
+def test_calibration_and_brier_equal_sklearn_including_bin_edges():
+    for key in range(5):
+        p, y = random_probs(key)
+        assert M.brier_score(p, y) == pytest.approx(brier_score_loss(y, p), rel=1e-12)
+        for n_bins in (10, 5, 7):
+            ours = M.calibration_curve(p, y, n_bins)
+            ref = sk_calibration_curve(y, p, n_bins=n_bins, strategy="uniform")
+            assert np.array_equal(ours[0], ref[0]) and np.array_equal(ours[1], ref[1])
+            counts = np.bincount(np.searchsorted(np.linspace(0, 1, n_bins + 1)[1:-1], p), minlength=n_bins)
+            ece = np.sum(counts[counts > 0] / len(p) * np.abs(ref[0] - ref[1]))
+            assert M.expected_calibration_error(p, y, n_bins) == pytest.approx(ece, rel=1e-12)
+    # right-closed: 0.1 belongs to the first of ten bins, 0.1000001 to the second
+    assert M.calibration_curve([0.1, 0.1000001], [1, 0], 10)[1].tolist() == [0.1, 0.1000001]
+    with pytest.raises(ValueError):
+        M.brier_score([1.2], [1])
+    with pytest.raises(ValueError):
+        M.calibration_curve([0.5], [1], 0)
+
+
+def test_brier_decomposition():
+    rng = rng_for("test", "murphy")
+    p = (rng.integers(0, 10, 2000) + 0.5) / 10  # constant within each of ten bins
+    y = (rng.random(2000) < p ** 1.5).astype(int)
+    d = M.brier_decomposition(p, y, 10)
+    assert d["brier"] == pytest.approx(d["reliability"] - d["resolution"] + d["uncertainty"], abs=1e-12)
+    assert d["residual"] == pytest.approx(0.0, abs=1e-12)
+    assert d["uncertainty"] == pytest.approx(y.mean() * (1 - y.mean()), rel=1e-9)
+    calibrated = M.brier_decomposition([0.25] * 4, [1, 0, 0, 0], 10)
+    assert calibrated["reliability"] == 0.0 and calibrated["brier"] == pytest.approx(0.1875)
+
+
+def test_average_precision_and_trapezoid_equal_sklearn():
+    for key in range(6):
+        rng = rng_for("test", "ap", key)
+        y = (rng.random(300) < 0.3).astype(int)
+        s = np.round(rng.random(300) + 0.3 * y, 1 if key % 2 else 6)  # ties when rounded to 0.1
+        assert M.average_precision(s, y) == pytest.approx(average_precision_score(y, s), rel=1e-12)
+        prec, rec, _ = precision_recall_curve(y, s)
+        assert M.auc_pr_trapezoid(s, y) == pytest.approx(auc(rec, prec), rel=1e-12)
+    assert M.average_precision([0.9, 0.1], [1, 0]) == 1.0
+    assert M.average_precision([0.9, 0.1], [0, 0]) == 0.0
+    with pytest.raises(ValueError):
+        M.average_precision([0.5], [2])
