@@ -14,7 +14,7 @@ import logging
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import version as pkg_version
 from pathlib import Path
 
@@ -79,13 +79,21 @@ def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> 
 
 # ---------------------------------------------------------------- configs
 
+CLEAN_META = {"kind": "clean", "corruption": None, "family": None, "severity": 0,
+              "components": [], "warp_level": None}
+
+
 @dataclass(frozen=True)
 class ConfigSpec:
+    """One config of the repo. ``meta`` (kind, corruption, family, severity, components,
+    warp_level) is written to the manifest so evaluators never parse config names."""
+
     name: str
     description: str
     include_val: bool = False
     tracks: tuple[str, ...] = ("sar", "smoke")
     condition: str | None = None  # condition name applied to pixels; None = clean bytes
+    meta: dict = field(default_factory=lambda: dict(CLEAN_META), compare=False)
 
 
 class ConditionTransform:
@@ -179,7 +187,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
             entries.append(_run_task(job))
             bar.update()
     bar.close()
-    manifest = assemble_manifest(params, tasks, entries, src_hash)
+    manifest = assemble_manifest(params, tasks, entries, src_hash, {s.name: s.meta for s in specs})
     shutil.rmtree(staging / ".shards", ignore_errors=True)
     sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
                 "citation": s.citation, "description": s.description} for s in params.sources]
@@ -198,11 +206,11 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
 
 
 def assemble_manifest(params: Params, tasks: list[ShardTask], entries: list[ShardEntry],
-                      src_hash: str) -> dict:
+                      src_hash: str, metas: dict[str, dict]) -> dict:
     configs: dict = {}
     files: dict = {}
     for task, e in zip(tasks, entries):
-        split = configs.setdefault(task.config, {"splits": {}})["splits"].setdefault(
+        split = configs.setdefault(task.config, {"splits": {}, "meta": metas[task.config]})["splits"].setdefault(
             task.split, {"rows": 0, "source": task.source, "role": task.source_split, "shards": []})
         split["rows"] += e.rows
         split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
