@@ -18,6 +18,7 @@ from aegisbench.errors import BadInput
 # Modules that contribute sub-commands via ``register(subparsers)``.
 COMMAND_MODULES = [
     "aegisbench.builders.commands",
+    "aegisbench.leaderboard.commands",
 ]
 
 log = logging.getLogger("aegisbench")

@@ -1,0 +1,91 @@
+"""``aegisbench leaderboard``: results/ -> leaderboard/ (Parquet, Markdown, static site).
+
+The output folder is rebuilt in a staging sibling and swapped in whole, so a build is
+idempotent and a reader never sees a half-written leaderboard. Outputs carry no
+timestamps and are written in sorted order: the same results give the same bytes.
+
+Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
+(family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md`` and
+``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``).
+
+>>> import polars as pl
+>>> parquet_bytes(pl.DataFrame({"a": [1.5]})) == parquet_bytes(pl.DataFrame({"a": [1.5]}))
+True
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, replace_dir
+from aegisbench.leaderboard.aggregate import Board, build_board
+from aegisbench.leaderboard.markdown import render_markdown
+from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
+                                            current_evaluator_version)
+from aegisbench.leaderboard.site import render_site
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    out: Path
+    merged: tuple[str, ...]
+    skipped: tuple[Skipped, ...]
+    files: tuple[str, ...]
+
+
+def parquet_bytes(df: pl.DataFrame) -> bytes:
+    """Parquet bytes of ``df`` with fixed writer settings (deterministic)."""
+    buf = io.BytesIO()
+    df.write_parquet(buf, compression="zstd", compression_level=3, statistics=True)
+    return buf.getvalue()
+
+
+def write_board(board: Board, out: Path) -> list[Path]:
+    """Write every output of ``board`` under ``out`` (which must be empty or new)."""
+    files = []
+    tables = {"leaderboard.parquet": board.long, "views/family_summary.parquet": board.families,
+              "views/floor.parquet": board.floors, "views/relative_drop.parquet": board.drops,
+              "views/ranks.parquet": board.ranks}
+    for name, df in tables.items():
+        atomic_write_bytes(out / name, parquet_bytes(df))
+        files.append(out / name)
+    skipped = [{"folder": s.folder, "problem": s.problem, "reason": s.reason} for s in board.skipped]
+    atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out / "README.md", render_markdown(board))
+    files += [out / "skipped.json", out / "README.md"]
+    files += render_site(board, out / "site")
+    return files
+
+
+def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
+                      evaluator_version: str | None = None) -> BuildReport:
+    """Merge every current, well-formed results folder and publish ``out`` atomically."""
+    expect = Expectation(dataset_digest=current_dataset_digest(dataset),
+                         evaluator_version=evaluator_version or current_evaluator_version())
+    entries, skipped = collect_results(results, expect)
+    board = build_board(entries, skipped, expect)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = out.with_name(f".{out.name}.staging-{os.getpid()}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    try:
+        files = write_board(board, staging)
+        replace_dir(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
+    log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
+    return BuildReport(out=out, merged=tuple(sorted(e.folder for e in entries)),
+                       skipped=board.skipped, files=rel)

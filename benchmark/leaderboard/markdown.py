@@ -1,0 +1,165 @@
+"""``leaderboard/README.md``: per track and source, every condition with its interval.
+
+Submitter text is HTML-escaped and Markdown-escaped, so a model named
+``<script>`` stays text on any Markdown renderer.
+
+>>> md_escape("<b>a|b</b>")
+'&lt;b&gt;a\\\\|b&lt;/b&gt;'
+>>> md_code("low_light_s3")
+'`low_light_s3`'
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from aegisbench.leaderboard.aggregate import Board
+from aegisbench.leaderboard.tables import (Section, family_cells, floor_rows, fmt_interval, fmt_value,
+                                           is_collapse, label, primary_metric, rank_groups, sections)
+
+COLLAPSE = "⛔"
+SILENT = "⚠"
+MARKDOWN_METRICS = {"firespread": ("f1", "f2r_f1", "average_precision", "f2r_ap", "brier", "f2s_brier", "ece",
+                                    "f2s_ece", "excess_brier")}
+DETECTION_MARKDOWN = ("recall", "precision", "map50", "fp")
+
+
+def md_escape(text: str) -> str:
+    """Escape text for a Markdown table cell (HTML, pipes, emphasis, newlines)."""
+    text = html.escape(str(text), quote=True)
+    text = re.sub(r"([\\`*_\[\]|~])", r"\\\1", text)
+    return " ".join(text.split())
+
+
+def md_code(text: str) -> str:
+    """A code span: its content is literal in Markdown, so only pipes and backticks need care."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> list[str]:
+    align = align or ["---"] * len(header)
+    return [_row(header), _row(align), *(_row(r) for r in rows)]
+
+
+def _thr(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3f}"
+
+
+def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
+    c = section.cell(sub, config, metric)
+    if c is None:
+        return "—"
+    text = fmt_value(metric, c["value"])
+    ci = fmt_interval(metric, c["lo"], c["hi"])
+    if is_collapse(metric, c["value"], c["lo"], c["hi"]):
+        text = f"**{text}** {ci} {COLLAPSE}"
+    elif ci:
+        text = f"{text} {ci}"
+    if section.silent(sub, config):
+        text += f" {SILENT}"
+    return text
+
+
+def _section(board: Board, section: Section) -> list[str]:
+    out = [f"## {md_escape(section.track)} · {md_escape(section.source)}", ""]
+    main = primary_metric(section)
+    floors = floor_rows(board, section, main) if main else {}
+    rows = []
+    for m in section.models:
+        fl = floors.get(m.submission)
+        clean = _cell_text(section, m.submission, "clean", main) if main else "—"
+        floor = (f"{fmt_value(main, fl['floor'])} {fmt_interval(main, fl['lo'], fl['hi'])} at "
+                 + ", ".join(md_code(a) for a in fl["at"])) if fl else "—"
+        rows.append([md_escape(m.model), md_escape(m.team), md_code(m.submission),
+                     _thr(m.threshold), clean, floor])
+    out += [f"Models (alphabetical; there is no overall rank). Clean and floor are {label(main, section.track)}.", ""]
+    out += _table(["model", "team", "submission", "frozen threshold", f"clean {label(main, section.track)}",
+                   f"floor: worst {label(main, section.track)} (where)"], rows)
+    out.append("")
+    heads = ["condition", "family", "sev."] + [
+        f"{md_escape(m.model)} (τ {_thr(m.threshold)})" for m in section.models]
+    for metric in [m for m in MARKDOWN_METRICS.get(section.track, DETECTION_MARKDOWN) if m in section.metrics]:
+        out += [f"### {label(metric, section.track)} per condition", ""]
+        body = [[md_code(c["config"]), md_escape(c["family"] or ""),
+                 str(c["severity"])] + [_cell_text(section, m.submission, c["config"], metric)
+                                        for m in section.models] for c in section.conditions]
+        out += _table(heads, body, ["---", "---", "--:"] + ["--:"] * len(section.models))
+        out.append("")
+    if main:
+        out += _families(board, section, main) + _ranks(board, section, main)
+    return out
+
+
+def _families(board: Board, section: Section, metric: str) -> list[str]:
+    cells = family_cells(board, section, metric)
+    if not cells:
+        return []
+    fams = sorted({(k[1], k[2]) for k in cells if k[2] is not None},
+                  key=lambda fs: (["flood", "wildfire", "storm", "earthquake"].index(fs[0])
+                                  if fs[0] in ("flood", "wildfire", "storm", "earthquake") else 9, fs))
+    out = [f"### Per-family summary of {label(metric, section.track)} (beside, not instead of, the cells above)", "",
+           "Each cell is the mean over the family's corruptions at that severity, with the range "
+           "(min–max) across them; the number of conditions it covers is in the header.", ""]
+    heads = ["model"] + [f"{fam} s{sev} ({cells_n(cells, fam, sev)})" for fam, sev in fams]
+    body = []
+    for m in section.models:
+        row = [md_escape(m.model)]
+        for fam, sev in fams:
+            r = cells.get((m.submission, fam, sev))
+            row.append("—" if r is None else f"{fmt_value(metric, r['mean'])} "
+                       f"({fmt_value(metric, r['min'])}–{fmt_value(metric, r['max'])})")
+        body.append(row)
+    return _table(heads, body) + [""]
+
+
+def cells_n(cells: dict, fam: str, sev: int) -> int:
+    return max((r["n_conditions"] for k, r in cells.items() if k[1] == fam and k[2] == sev), default=0)
+
+
+def _ranks(board: Board, section: Section, metric: str) -> list[str]:
+    ranked = rank_groups(board, section, metric)
+    if not ranked:
+        return []
+    out = [f"### Order within each condition ({label(metric, section.track)})", "",
+           "Models whose intervals overlap are one tied group `{…}`; `>` separates groups "
+           "whose intervals are disjoint. Ranks are never combined across conditions.", ""]
+    body = []
+    for cond, groups in ranked:
+        parts = []
+        for g in groups:
+            names = ", ".join(md_escape(r["model"]) for r in g)
+            parts.append(f"{g[0]['rank']}. {{{names}}}" if len(g) > 1 else f"{g[0]['rank']}. {names}")
+        body.append([md_code(cond["config"]), " > ".join(parts)])
+    return _table(["condition", "order (best first)"], body) + [""]
+
+
+def render_markdown(board: Board) -> str:
+    """The whole README.md of the leaderboard (deterministic)."""
+    secs = sections(board)
+    out = ["# AegisBench leaderboard", "",
+           f"Built by `aegisbench leaderboard` from {len(board.provenance)} results folder(s), "
+           f"dataset digest `{board.expect.dataset_digest}`, evaluator version "
+           f"{md_code(board.expect.evaluator_version)}. Open `site/index.html` for heat maps, "
+           "severity curves and one page per model.", "",
+           "Every number is one condition of one model with its 95% bootstrap interval `[lo, hi]`; "
+           "nothing is averaged into a single score. τ is the model's confidence threshold, frozen "
+           f"on clean validation data. {COLLAPSE} collapse: value 0 with interval [0, 0]. "
+           f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign).", ""]
+    if board.skipped:
+        out += ["## Skipped results folders", "", "These were not merged:", ""]
+        out += _table(["folder", "problem", "reason"], [
+            [md_code(s.folder), s.problem, md_escape(s.reason)] for s in board.skipped])
+        out.append("")
+    if not secs:
+        out += ["No current results yet.", ""]
+    for section in secs:
+        out += _section(board, section)
+    return "\n".join(out).rstrip("\n") + "\n"
