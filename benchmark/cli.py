@@ -19,6 +19,8 @@ from aegisbench.errors import BadInput
 COMMAND_MODULES = [
     "aegisbench.builders.commands",
     "aegisbench.leaderboard.commands",
+    "aegisbench.corruptions.commands",
+    "aegisbench.evaluation.commands",
 ]
 
 log = logging.getLogger("aegisbench")

@@ -53,8 +53,11 @@ class SourceParams:
 class BuildParams:
     rows_per_shard: int = 16
     workers: int = 1
-    conditions: tuple[str, ...] = ()  # condition configs beyond ``clean``
+    conditions: tuple[str, ...] = ()  # condition configs beyond ``clean`` ("all" = the 27)
+    compound: tuple[str, ...] = ()  # e.g. "low_light_s2+inundation_s2"
+    warp_noise_levels: tuple[float, ...] = ()  # WARP global-noise levels a (smoke track)
     geometry: str = "frame"
+    severity_table: str | None = None  # fitted table written by `aegisbench calibrate --fit`
 
     def __post_init__(self) -> None:
         if self.rows_per_shard < 1:
@@ -96,7 +99,8 @@ class Params:
                 raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")
             sources.append(SourceParams(name=name, **spec))
         b = dict(raw.get("build") or {})
-        b["conditions"] = tuple(b.get("conditions") or ())
+        for key in ("conditions", "compound", "warp_noise_levels"):
+            b[key] = tuple(b.get(key) or ())
         try:
             build = BuildParams(**b)
         except TypeError as exc:

@@ -14,7 +14,6 @@ import logging
 import shutil
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
 from importlib.metadata import version as pkg_version
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from aegisbench.errors import BadInput
 from aegisbench.hashing import file_sha256, json_sha256, source_tree_sha256
 from aegisbench.params import Params, SourceParams
 from aegisbench.builders.card import render_card
+from aegisbench.builders.conditions import ConfigSpec, config_specs
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
 from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
 from aegisbench.builders.source_table import SourceRecord, split_counts, write_source_table
@@ -75,48 +75,6 @@ def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> 
     atomic_write_text(out_dir / f"{src.name}.report.json", json.dumps(report, indent=2, sort_keys=True))
     log.info("source %s: %d images -> %s", src.name, n, path)
     return path
-
-
-# ---------------------------------------------------------------- configs
-
-CLEAN_META = {"kind": "clean", "corruption": None, "family": None, "severity": 0,
-              "components": [], "warp_level": None}
-
-
-@dataclass(frozen=True)
-class ConfigSpec:
-    """One config of the repo. ``meta`` (kind, corruption, family, severity, components,
-    warp_level) is written to the manifest so evaluators never parse config names."""
-
-    name: str
-    description: str
-    include_val: bool = False
-    tracks: tuple[str, ...] = ("sar", "smoke")
-    condition: str | None = None  # condition name applied to pixels; None = clean bytes
-    meta: dict = field(default_factory=lambda: dict(CLEAN_META), compare=False)
-
-
-class ConditionTransform:
-    """Picklable per-image transform applying one (possibly compound) condition."""
-
-    def __init__(self, condition: str, version: str, geometry: str):
-        self.condition, self.version, self.geometry = condition, version, geometry
-
-    def __call__(self, rec: SourceRecord, image):
-        from aegisbench.corruptions import apply_condition
-        return apply_condition(self.condition, image, key=(self.version, rec.source, rec.image_id),
-                               boxes=rec.boxes, geometry=self.geometry)
-
-
-def config_specs(params: Params) -> list[ConfigSpec]:
-    specs = [ConfigSpec("clean", "Unmodified images: clean validation (`<source>_val`, used "
-                        "to freeze thresholds) and clean test (`<source>`).", include_val=True)]
-    if params.build.conditions:
-        from aegisbench.corruptions import describe_condition
-        for cond in params.build.conditions:
-            name, description, tracks = describe_condition(cond)
-            specs.append(ConfigSpec(name, description, tracks=tuple(tracks), condition=cond))
-    return specs
 
 
 def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list[ShardTask]:
@@ -170,8 +128,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     for leftover in staging.rglob("*.tmp"):  # half-written files of a killed run
         leftover.unlink()
     by_name = {s.name: s for s in specs}
-    transforms = {s.name: (ConditionTransform(s.condition, params.benchmark_version, params.build.geometry)
-                           if s.condition else None) for s in specs}
+    transforms = {s.name: s.transform(params) for s in specs}
     jobs = [(t, staging, transforms[t.config]) for t in tasks]
     workers = workers or params.build.workers
     bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)

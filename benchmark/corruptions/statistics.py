@@ -1,0 +1,109 @@
+"""Declared image statistics that define the severity ladders.
+
+Each statistic takes the corrupted image and the clean image (most ignore the
+clean one) and returns one float. All work on display-encoded RGB uint8 values
+scaled to [0, 1]; "luma" is Rec. 601 luma as computed by OpenCV.
+
+>>> import numpy as np
+>>> flat = np.full((8, 8, 3), 100, np.uint8)
+>>> rms_contrast(flat, flat)
+0.0
+>>> saturated_fraction(np.full((2, 2, 3), 255, np.uint8), flat)
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+
+def _luma(image: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(image, cv2.COLOR_RGB2GRAY)
+
+
+def rms_contrast(image: np.ndarray, clean: np.ndarray | None = None) -> float:
+    """Standard deviation of luma in [0, 1] (RMS contrast)."""
+    _, sd = cv2.meanStdDev(_luma(image))
+    return float(sd[0, 0]) / 255.0
+
+
+def saturated_fraction(image: np.ndarray, clean: np.ndarray | None = None, level: int = 250) -> float:
+    """Fraction of pixels whose luma is at or above ``level`` (blown-out highlights)."""
+    return float(np.count_nonzero(_luma(image) >= level)) / (image.shape[0] * image.shape[1])
+
+
+def mean_rb_ratio(image: np.ndarray, clean: np.ndarray | None = None) -> float:
+    """Mean red over mean blue (display values): colour temperature shift."""
+    m = cv2.mean(image)
+    return (m[0] + 1e-3) / (m[2] + 1e-3)
+
+
+def mean_sobel(image: np.ndarray, clean: np.ndarray | None = None) -> float:
+    """Mean Sobel gradient magnitude (3x3, unnormalised) of luma in [0, 1]."""
+    g = _luma(image).astype(np.float32) * np.float32(1.0 / 255.0)
+    gx = cv2.Sobel(g, cv2.CV_32F, 1, 0, ksize=3)
+    gy = cv2.Sobel(g, cv2.CV_32F, 0, 1, ksize=3)
+    return float(cv2.mean(cv2.magnitude(gx, gy))[0])
+
+
+def mean_luminance(image: np.ndarray, clean: np.ndarray | None = None) -> float:
+    """Mean luma in [0, 1]."""
+    return float(cv2.mean(_luma(image))[0]) / 255.0
+
+
+def occluded_fraction(image: np.ndarray, clean: np.ndarray, threshold: float = 0.08) -> float:
+    """Fraction of pixels whose mean absolute RGB change from the clean frame exceeds
+    ``threshold`` (in [0, 1] display units): the share of the scene hidden by water."""
+    diff = cv2.absdiff(image, clean)
+    mean_diff = cv2.transform(diff.astype(np.float32), np.full((1, 3), 1.0 / 3.0, np.float32))
+    return float(np.count_nonzero(mean_diff > threshold * 255.0)) / (image.shape[0] * image.shape[1])
+
+
+def streak_density(image: np.ndarray, clean: np.ndarray, delta: float = 0.05) -> float:
+    """Fraction of pixels at least ``delta`` (luma in [0, 1]) brighter than the
+    median corrupted luma of all pixels with the same clean luma.
+
+    A veil (any per-pixel tone mapping of the clean frame) moves whole clean-luma
+    classes together and scores zero; additive streaks lift a minority of each
+    class above its median, so the score is the area the streaks cover.
+    """
+    c = _luma(clean).ravel()
+    d = _luma(image).ravel()
+    joint = np.bincount(c.astype(np.int32) * 256 + d, minlength=65536).reshape(256, 256)
+    cum = np.cumsum(joint, axis=1)
+    half = (cum[:, -1:] + 1) // 2
+    median = np.argmax(cum >= np.maximum(half, 1), axis=1)  # per clean luma class
+    lifted = d.astype(np.int16) - median[c].astype(np.int16)
+    return float(np.count_nonzero(lifted > delta * 255.0)) / d.size
+
+
+@dataclass(frozen=True)
+class Statistic:
+    name: str
+    fn: Callable[[np.ndarray, np.ndarray], float]
+    needs_clean: bool
+    description: str
+
+
+STATISTICS: dict[str, Statistic] = {
+    s.name: s for s in (
+        Statistic("saturated_fraction", saturated_fraction, False, "fraction of pixels with luma >= 250"),
+        Statistic("rms_contrast", rms_contrast, False, "std of luma in [0, 1]"),
+        Statistic("occluded_fraction", occluded_fraction, True,
+                  "fraction of pixels changed by > 0.08 mean |RGB| from clean"),
+        Statistic("mean_rb_ratio", mean_rb_ratio, False, "mean R / mean B"),
+        Statistic("streak_density", streak_density, True,
+                  "fraction of pixels brightened > 0.05 luma above the median brightening"),
+        Statistic("mean_sobel", mean_sobel, False, "mean 3x3 Sobel magnitude of luma in [0, 1]"),
+        Statistic("mean_luminance", mean_luminance, False, "mean luma in [0, 1]"),
+    )
+}
+
+
+def measure(statistic: str, image: np.ndarray, clean: np.ndarray) -> float:
+    """Evaluate a named statistic on a corrupted image (and its clean original)."""
+    return STATISTICS[statistic].fn(image, clean)

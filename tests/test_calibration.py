@@ -1,0 +1,216 @@
+"""Calibration: ladder checks, fitting, the YAML table and the CLI commands."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+import aegisbench.corruptions as C
+from aegisbench.builders.source_table import SourceRecord, write_source_table
+from aegisbench.corruptions import commands
+from aegisbench.corruptions.samples import synthetic_scene
+from aegisbench.errors import BadInput
+
+
+@pytest.fixture(scope="module")
+def sample() -> dict[str, np.ndarray]:
+    return {f"img_{i}": synthetic_scene(160 + 16 * i, 200, key=("calib", i)) for i in range(3)}
+
+
+def test_default_ladders_are_monotone_and_report_serialises(sample):
+    report = C.calibrate(sample)
+    assert report.ok and report.failures() == []
+    assert set(report.ladders) == set(C.names())
+    assert report.sample_ids == tuple(sample)
+    doc = json.loads(json.dumps(report.to_dict()))
+    lad = doc["corruptions"]["smoke_haze"]
+    assert lad["monotone"] and lad["statistic"] == "rms_contrast"
+    assert lad["severities"]["s1"]["mean"] > lad["severities"]["s3"]["mean"]
+
+
+def test_list_input_is_keyed_by_pixel_hash(sample):
+    imgs = list(sample.values())
+    a = C.calibrate(imgs, ["low_light"])
+    b = C.calibrate(imgs[::-1], ["low_light"])
+    assert set(a.sample_ids) == set(b.sample_ids)
+    assert a.ladders["low_light"].means == pytest.approx(b.ladders["low_light"].means)
+
+
+def test_non_monotone_ladder_is_reported(sample):
+    table = C.default_table()
+    s1, s3 = table.params("smoke_haze", 1), table.params("smoke_haze", 3)
+    swapped = table.with_params("smoke_haze", 1, s3).with_params("smoke_haze", 3, s1)
+    report = C.calibrate(sample, ["smoke_haze", "low_light"], table=swapped)
+    assert not report.ok
+    assert not report.ladders["smoke_haze"].monotone and report.ladders["low_light"].monotone
+    assert any(f.startswith("smoke_haze") for f in report.failures())
+
+
+@pytest.mark.parametrize("name", ["smoke_haze", "low_light", "inundation"])
+def test_fit_hits_targets_within_two_percent(name, sample):
+    start = C.default_table().with_param(name, 2, C.get_spec(name).fit_param,
+                                         getattr(C.default_table().params(name, 1),
+                                                 C.get_spec(name).fit_param))
+    report = C.calibrate(sample, [name], fit=True, table=start)
+    lad = report.ladders[name]
+    assert lad.fitted and all(lad.within_tolerance), lad.messages
+    assert max(lad.rel_errors) <= 0.02
+    assert report.ok
+    values = [lad.params[s][lad.fit_param] for s in (1, 2, 3)]
+    assert values[0] < values[1] < values[2]
+    # the fitted table reproduces the means
+    again = C.calibrate(sample, [name], table=report.table)
+    assert again.ladders[name].means == pytest.approx(lad.means)
+
+
+def test_unreachable_target_is_reported():
+    flat = {"flat": np.full((64, 64, 3), 128, np.uint8)}  # Sobel is 0 at every blur length
+    report = C.calibrate(flat, ["motion_blur"], fit=True)
+    lad = report.ladders["motion_blur"]
+    assert not report.ok and not any(lad.within_tolerance)
+    assert len(lad.messages) == 3 and all("not reached" in m for m in lad.messages)
+    assert any("motion_blur: fit missed" in f for f in report.failures())
+
+
+def test_save_and_load_table_round_trip(tmp_path, sample):
+    report = C.calibrate(sample, ["low_light", "rain_streaks"], fit=True, benchmark_version="9.9.9")
+    path = C.save_table(tmp_path / "calibration" / "severities.yaml", report)
+    assert [p.name for p in path.parent.iterdir()] == ["severities.yaml"]  # atomic, no leftovers
+    doc = yaml.safe_load(path.read_text())
+    assert doc["format"] == 1 and doc["benchmark_version"] == "9.9.9"
+    assert doc["calibration"]["sample_size"] == 3 and set(doc["corruptions"]) == {"low_light", "rain_streaks"}
+    table = C.load_table(path, expected_version="9.9.9")
+    for name in ("low_light", "rain_streaks"):
+        for s in (1, 2, 3):
+            assert table.params(name, s) == report.table.params(name, s)
+    assert table.params("smoke_haze", 2) == C.default_table().params("smoke_haze", 2)  # omitted: default
+    img = sample["img_0"]
+    key = ("9.9.9", "x", "y")
+    np.testing.assert_array_equal(C.apply_condition("low_light_s3", img, key=key, table=table),
+                                  C.apply_condition("low_light_s3", img, key=key, table=report.table))
+
+
+def test_full_default_table_round_trip(tmp_path):
+    path = C.save_table(tmp_path / "t.yaml", C.default_table(), benchmark_version="1.0")
+    table = C.load_table(path)
+    assert table.benchmark_version == "1.0"
+    for name in C.names():
+        for s in (1, 2, 3):
+            assert table.params(name, s) == C.default_table().params(name, s)
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda d: d["corruptions"].update(fog={"severities": {}}), "fog"),
+    (lambda d: d["corruptions"]["low_light"]["severities"]["s1"].update(stops=-3), "stops"),
+    (lambda d: d["corruptions"]["low_light"]["severities"].update(s7={}), "s7"),
+    (lambda d: d.update(format=99), "format"),
+    (lambda d: d.pop("benchmark_version"), "benchmark_version"),
+])
+def test_load_table_rejects_bad_files(tmp_path, mutate, fragment):
+    path = C.save_table(tmp_path / "t.yaml", C.default_table(), benchmark_version="1.0")
+    doc = yaml.safe_load(path.read_text())
+    mutate(doc)
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(BadInput, match=fragment):
+        C.load_table(path)
+
+
+def test_load_table_version_mismatch_and_missing(tmp_path):
+    path = C.save_table(tmp_path / "t.yaml", C.default_table(), benchmark_version="1.0")
+    with pytest.raises(BadInput, match="2.0"):
+        C.load_table(path, expected_version="2.0")
+    with pytest.raises(BadInput, match="not found"):
+        C.load_table(tmp_path / "missing.yaml")
+
+
+def test_select_sample_is_deterministic_and_order_free():
+    ids = [f"img_{i:03d}" for i in range(50)]
+    a = C.select_sample(ids, 10, "0.1.0")
+    assert a == C.select_sample(ids[::-1], 10, "0.1.0") and len(set(a)) == 10
+    assert a != C.select_sample(ids, 10, "0.2.0")
+    with pytest.raises(BadInput, match="sample"):
+        C.select_sample(ids, 0, "0.1.0")
+
+
+def test_calibrate_rejects_bad_input(sample):
+    with pytest.raises(BadInput, match="empty"):
+        C.calibrate({})
+    with pytest.raises(BadInput, match="fog"):
+        C.calibrate(sample, ["fog"])
+    with pytest.raises(BadInput, match="bad"):
+        C.calibrate({"bad": np.zeros((8, 8), np.uint8)})
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="aegisbench")
+    commands.register(parser.add_subparsers(dest="command", required=True))
+    return parser
+
+
+@pytest.fixture(scope="module")
+def source_table(tmp_path_factory):
+    path = tmp_path_factory.mktemp("src") / "source.parquet"
+    records = [SourceRecord.from_image(f"img_{i}", "test", "synthetic_sar",
+                                       synthetic_scene(150, 180, key=("cli", i)),
+                                       boxes=[[20, 30, 40, 60]], labels=["person"])
+               for i in range(4)]
+    write_source_table(records, path)
+    return path
+
+
+def test_cli_calibrate_writes_metrics_and_table(tmp_path, source_table):
+    metrics, out = tmp_path / "metrics.json", tmp_path / "severities.yaml"
+    args = _parser().parse_args(["calibrate", "--source-table", str(source_table), "--sample", "3",
+                                 "--fit", "--corruption", "low_light", "--corruption", "smoke_haze",
+                                 "--out", str(out), "--metrics", str(metrics)])
+    assert args.func(args) == 0
+    doc = json.loads(metrics.read_text())
+    assert doc["ok"] and doc["sample_size"] == 3 and set(doc["corruptions"]) == {"low_light", "smoke_haze"}
+    assert all(i.startswith("synthetic_sar/") for i in doc["sample_ids"])
+    table = C.load_table(out)
+    assert table.params("low_light", 3).stops != C.default_table().params("low_light", 3).stops
+
+
+def test_cli_calibrate_bad_input(tmp_path, source_table):
+    args = _parser().parse_args(["calibrate", "--source-table", str(tmp_path / "nope.parquet"),
+                                 "--sample", "3"])
+    with pytest.raises(BadInput, match="nope.parquet"):
+        args.func(args)
+    args = _parser().parse_args(["calibrate", "--source-table", str(source_table), "--sample", "0"])
+    with pytest.raises(BadInput, match="--sample"):
+        args.func(args)
+
+
+def test_cli_preview_grid(tmp_path, source_table):
+    out = tmp_path / "grid.png"
+    args = _parser().parse_args(["preview-grid", "--source-table", str(source_table),
+                                 "--image-id", "img_1", "--out", str(out), "--cell", "48"])
+    assert args.func(args) == 0
+    from aegisbench.builders.source_table import decode_image
+    grid = decode_image(out.read_bytes())
+    assert grid.shape[:2] == (22 + len(C.names()) * 50, 130 + 4 * 50)
+    args = _parser().parse_args(["preview-grid", "--source-table", str(source_table),
+                                 "--image-id", "img_99", "--out", str(out)])
+    with pytest.raises(BadInput, match="img_99"):
+        args.func(args)
+
+
+def test_preview_grid_layout(tmp_path, sample):
+    img = sample["img_1"]
+    grid = C.preview_grid(img, tmp_path / "g.png", cell=40, corruptions=["smoke_haze", "low_light"])
+    assert (tmp_path / "g.png").exists()
+    assert grid.shape == (22 + 2 * 42, 130 + 4 * 42, 3)
+    with pytest.raises(BadInput, match="fog"):
+        C.preview_grid(img, tmp_path / "h.png", corruptions=["fog"])
+    assert not (tmp_path / "h.png").exists()
+
+
+def test_params_dataclasses_are_frozen():
+    p = C.default_table().params("smoke_haze", 1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.optical_depth = 3.0
