@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--out", default="data/preview", help="folder for the PNGs")
     p.add_argument("--split", default="test")
+    p.add_argument("--grid", action="store_true",
+                   help="also write <source>_grid.png: one frame under every corruption x severity")
+    p.add_argument("--image-id", help="frame for --grid (default: the first of the split)")
     p.set_defaults(func=cmd_preview)
 
     p = sub.add_parser("run", help="the main job on params.yaml: sources, build, preview")
@@ -125,6 +128,17 @@ def cmd_preview(args) -> int:
             continue
         path = contact_sheet(records, Path(args.out) / f"{src.name}.png")
         print(f"wrote {path}")
+        if getattr(args, "grid", False):
+            from aegisbench.corruptions import preview_grid
+            rec = records[0]
+            if args.image_id:
+                rec = next((r for r in read_source_table(table) if r.image_id == args.image_id), None)
+                if rec is None:
+                    continue
+            grid = Path(args.out) / f"{src.name}_grid.png"
+            preview_grid(rec.image(), grid, key=(params.benchmark_version, rec.source, rec.image_id),
+                         boxes=rec.boxes, geometry=params.build.geometry)
+            print(f"wrote {grid}")
     return 0
 
 
@@ -134,7 +148,7 @@ def cmd_run(args) -> int:
     for src in params.sources:
         materialize_source(src, params.benchmark_version, params.sources_dir)
     manifest = build_repo(params, workers=args.workers)
-    args.out, args.split = "data/preview", "test"
+    args.out, args.split, args.grid, args.image_id = "data/preview", "test", True, None
     cmd_preview(args)
     print(f"dataset repo: {params.dataset_dir} (digest {manifest['dataset_digest']})")
     return 0

@@ -15,9 +15,13 @@ from aegisbench.builders.manifest import load_manifest, verify_repo
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {
-    "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1},
-    "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3},
+    "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
+                      "small_size": [320, 320], "large_size": [640, 480]},
+    "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3,
+                        "size": [320, 240]},
 }
+TINY_BUILD = {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"],
+              "warp_noise_levels": [0.1]}
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -38,6 +42,7 @@ def project(tmp_path):
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     for name, opts in TINY.items():
         params["sources"][name]["options"] = opts
+    params["build"].update(TINY_BUILD)
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     (repo / ".gitignore").write_text("/data/\n__pycache__/\n")
     env = dict(os.environ)
@@ -61,6 +66,10 @@ def test_dvc_repro_builds_then_is_a_no_op(project):
     manifest = load_manifest(repo / "data/aegisbench")
     assert set(manifest["configs"]["clean"]["splits"]) == {
         "synthetic_sar", "synthetic_sar_val", "synthetic_smoke", "synthetic_smoke_val"}
+    assert sorted(manifest["configs"]) == ["clean", "low_light_s2__inundation_s2", "low_light_s3",
+                                           "rain_streaks_s1", "warp_noise_100"]
+    metrics = _run([*dvc, "metrics", "show"], repo, env)
+    assert "calibration/report.json" in metrics and "low_light" in metrics
     assert (repo / "dvc.lock").exists() and (repo / "data/preview/synthetic_sar.png").exists()
     again = _run([*dvc, "repro"], repo, env)
     assert "Running stage" not in again

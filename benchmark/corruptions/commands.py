@@ -49,8 +49,9 @@ def register(subparsers) -> None:
                    help="only this corruption (repeatable)")
     p.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
                    help="sample only from this split (repeatable)")
-    p.add_argument("--geometry", choices=GEOMETRIES, default="frame")
-    p.add_argument("--benchmark-version", default=aegisbench.__version__)
+    p.add_argument("--geometry", choices=GEOMETRIES, help="default: build.geometry of --params")
+    p.add_argument("--benchmark-version", help="default: benchmark_version of --params")
+    p.add_argument("--params", default="params.yaml", help="params file for the defaults")
     p.add_argument("--rtol", type=float, default=0.02, help="fit tolerance (relative)")
     p.set_defaults(func=run_calibrate)
 
@@ -72,7 +73,19 @@ def _read_table():
     return read_source_table
 
 
+def _defaults_from_params(args: argparse.Namespace) -> None:
+    """Fill --benchmark-version / --geometry from params.yaml (package version / frame without)."""
+    from aegisbench.params import Params
+
+    params = Params.load(args.params) if Path(args.params).exists() else None
+    if args.benchmark_version is None:
+        args.benchmark_version = params.benchmark_version if params else aegisbench.__version__
+    if args.geometry is None:
+        args.geometry = params.build.geometry if params else "frame"
+
+
 def run_calibrate(args: argparse.Namespace) -> int:
+    _defaults_from_params(args)
     if args.sample < 1:
         raise BadInput(f"must be a positive integer, got {args.sample}", where="--sample")
     if not 0 < args.rtol < 1:
