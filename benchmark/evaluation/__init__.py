@@ -4,7 +4,8 @@
 """
 
 from aegisbench.evaluation.coco import coco_map, map_from_arrays
+from aegisbench.evaluation.evaluator import EVALUATOR_VERSION
 from aegisbench.evaluation.matching import match_images
 from aegisbench.evaluation.threshold import freeze_threshold
 
-__all__ = ["coco_map", "map_from_arrays", "match_images", "freeze_threshold"]
+__all__ = ["EVALUATOR_VERSION", "coco_map", "map_from_arrays", "match_images", "freeze_threshold"]
