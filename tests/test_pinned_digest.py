@@ -1,0 +1,39 @@
+"""The embedded default build is pinned: any change to any pixel, box or id fails here.
+
+If this fails because bytes changed on purpose, bump ``benchmark_version`` in params.yaml
+and add the new digest below (old versions stay listed: their data is immutable).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.manifest import verify_repo
+from aegisbench.params import Params
+
+ROOT = Path(__file__).resolve().parents[1]
+PINNED_DIGESTS = {
+    "0.1.0": "9b479f04fdd042fe14539fa01fb9ec142b7ccf6905582c42f023009fcb843de5",
+}
+
+
+@pytest.mark.slow
+def test_embedded_default_digest_is_pinned(tmp_path):
+    params = Params.load(ROOT / "params.yaml")
+    raw = dict(params.raw, paths={"sources": str(tmp_path / "sources"), "dataset": str(tmp_path / "repo")})
+    params = Params.from_dict(raw)
+    for src in params.sources:
+        materialize_source(src, params.benchmark_version, params.sources_dir)
+    manifest = build_repo(params, workers=2, progress=False)
+    assert verify_repo(tmp_path / "repo").ok
+    assert params.benchmark_version in PINNED_DIGESTS, (
+        f"benchmark_version {params.benchmark_version} has no pinned digest; add "
+        f"{manifest['dataset_digest']!r}")
+    assert manifest["dataset_digest"] == PINNED_DIGESTS[params.benchmark_version], (
+        "the embedded default changed bytes without a version bump: bump benchmark_version "
+        "in params.yaml and pin the new digest")
+    shutil.rmtree(tmp_path / "repo")
