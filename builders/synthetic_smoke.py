@@ -26,7 +26,7 @@ import cv2
 import numpy as np
 
 from aegisbench.builders.source_table import SPLITS, SourceRecord
-from aegisbench.builders.synthetic_sar import as_pair, check_fraction, check_int, every, value_noise
+from aegisbench.builders.synthetic_common import as_pair, check_fraction, check_int, every, value_noise
 from aegisbench.errors import BadInput
 from aegisbench.hashing import rng_for
 
