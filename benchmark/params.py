@@ -12,10 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from aegisbench.errors import BadInput
 from aegisbench.hashing import json_sha256
+from aegisbench.readers import read_yaml
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -112,14 +111,7 @@ class Params:
 
     @classmethod
     def load(cls, path: str | Path = "params.yaml") -> "Params":
-        path = Path(path)
-        if not path.exists():
-            raise BadInput("params file not found", where=str(path))
-        try:
-            raw = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            raise BadInput(f"malformed YAML: {exc}", where=str(path)) from None
-        return cls.from_dict(raw)
+        return cls.from_dict(read_yaml(path, "params file"))
 
     def source(self, name: str) -> SourceParams:
         for s in self.sources:

@@ -9,13 +9,13 @@ same pixels agree on it even if an encoder writes different bytes.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.readers import read_json
 
 log = logging.getLogger(__name__)
 
@@ -37,12 +37,7 @@ def load_manifest(repo: str | Path) -> dict:
     path = Path(repo) / MANIFEST
     if not Path(repo).is_dir():
         raise BadInput("dataset repo folder not found", where=str(repo))
-    if not path.exists():
-        raise BadInput("no manifest.json: not an AegisBench dataset repo", where=str(path))
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"malformed JSON ({exc})", where=str(path)) from None
+    manifest = read_json(path, "manifest.json (not an AegisBench dataset repo?)")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise BadInput(f"unsupported manifest format {manifest.get('format')!r}", where=str(path))
     return manifest

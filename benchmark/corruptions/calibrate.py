@@ -35,6 +35,7 @@ from aegisbench.corruptions.optics import check_image
 from aegisbench.corruptions.registry import SEVERITIES, SeverityTable, get_spec, names
 from aegisbench.corruptions.statistics import measure
 from aegisbench.errors import BadInput
+from aegisbench.readers import read_yaml
 from aegisbench.hashing import key_digest, pixel_sha256, rng_for
 
 log = logging.getLogger(__name__)
@@ -294,12 +295,7 @@ def save_table(path: str | Path, table: SeverityTable | CalibrationReport,
 def load_table(path: str | Path, expected_version: str | None = None) -> SeverityTable:
     """Read a table written by :func:`save_table`; corruptions it omits keep their defaults."""
     path = Path(path)
-    if not path.exists():
-        raise BadInput("severity table not found", where=str(path))
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise BadInput(f"not valid YAML: {exc}", where=str(path)) from None
+    doc = read_yaml(path, "severity table")
     if not isinstance(doc, Mapping) or doc.get("format") != TABLE_FORMAT:
         raise BadInput(f"not a severity table (format must be {TABLE_FORMAT})", where=str(path))
     version = doc.get("benchmark_version")
