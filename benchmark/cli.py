@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "aegisbench.leaderboard.commands",
     "aegisbench.corruptions.commands",
     "aegisbench.evaluation.commands",
+    "aegisbench.detectors.commands",
 ]
 
 log = logging.getLogger("aegisbench")

@@ -1,0 +1,151 @@
+"""Background loading of dataset-repo images: shards are read and PNGs decoded in worker
+threads (pyarrow and OpenCV release the GIL) while the model runs, so the accelerator
+is not idle waiting for input.
+
+``split_frames(repo, manifest, config, split)`` lists a split's image ids without
+decoding; ``FrameLoader`` yields :class:`FrameBatch` objects (keys + RGB frames) in
+manifest order, ``prefetch`` batches ahead of the consumer.
+
+>>> b = FrameBatch(("a",), [np.zeros((2, 2, 3), np.uint8)], [(2, 2)])
+>>> len(b)
+1
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from aegisbench.builders.source_table import decode_image
+from aegisbench.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FrameBatch:
+    """Consecutive frames of one split: ``image_ids``, decoded RGB ``images``, ``sizes`` (w, h)."""
+
+    image_ids: tuple[str, ...]
+    images: list[np.ndarray]
+    sizes: list[tuple[int, int]]
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+
+def shard_paths(repo: str | Path, manifest: dict, config: str, split: str) -> list[Path]:
+    """The Parquet shards of one split, in manifest order."""
+    try:
+        shards = manifest["configs"][config]["splits"][split]["shards"]
+    except KeyError:
+        raise BadInput(f"no split {split!r} in config {config!r}", where=str(Path(repo) / "manifest.json")) from None
+    return [Path(repo) / s["path"] for s in shards]
+
+
+def split_frames(repo: str | Path, manifest: dict, config: str, split: str) -> list[tuple[str, int, int]]:
+    """``(image_id, width, height)`` of every row of a split (no image decoding)."""
+    out = []
+    for path in shard_paths(repo, manifest, config, split):
+        t = pq.read_table(path, columns=["image_id", "width", "height"])
+        out += list(zip(t.column("image_id").to_pylist(), t.column("width").to_pylist(),
+                        t.column("height").to_pylist()))
+    return out
+
+
+def _encoded_rows(paths: Iterable[Path], skip: frozenset[str]) -> Iterator[tuple[str, bytes, str]]:
+    for path in paths:
+        pf = pq.ParquetFile(path)
+        for g in range(pf.num_row_groups):
+            t = pf.read_row_group(g, columns=["image_id", "image"])
+            ids = t.column("image_id").to_pylist()
+            blobs = t.column("image").combine_chunks().field("bytes").to_pylist()
+            for image_id, data in zip(ids, blobs):
+                if image_id not in skip:
+                    yield image_id, data, f"{path.name}:{image_id}"
+
+
+_END = object()
+
+
+def background(produce: Callable[[Callable[[object], bool]], None], depth: int = 2) -> Iterator:
+    """Run ``produce(put)`` in a thread and yield what it puts, at most ``depth`` items
+    ahead. ``put`` returns False once the consumer has stopped; exceptions raised in the
+    thread are re-raised in the consumer.
+
+    >>> list(background(lambda put: [put(i) for i in range(3)]))
+    [0, 1, 2]
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            produce(put)
+            put(_END)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer
+            put(exc)
+
+    worker = threading.Thread(target=run, name="aegis-loader", daemon=True)
+    worker.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join(timeout=5)
+
+
+class FrameLoader:
+    """Iterate decoded frames of shards in batches of ``batch`` frames, decoding with
+    ``workers`` threads, at most ``prefetch`` batches ahead; ``skip`` image ids are not
+    decoded. Errors in the background thread are re-raised in the consumer."""
+
+    def __init__(self, paths: list[Path], batch: int = 8, workers: int = 2, prefetch: int = 2,
+                 skip: Iterable[str] = ()):
+        if batch < 1 or workers < 1 or prefetch < 1:
+            raise ValueError("batch, workers and prefetch must be >= 1")
+        self.paths, self.batch, self.workers, self.prefetch = list(paths), batch, workers, prefetch
+        self.skip = frozenset(skip)
+
+    def _produce(self, put: Callable[[object], bool]) -> None:
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="aegis-decode") as pool:
+            pending: list = []
+            for image_id, data, where in _encoded_rows(self.paths, self.skip):
+                pending.append((image_id, pool.submit(decode_image, data, where)))
+                if len(pending) == self.batch:
+                    if not put(_batch(pending)):
+                        return
+                    pending = []
+            if pending:
+                put(_batch(pending))
+
+    def __iter__(self) -> Iterator[FrameBatch]:
+        return background(self._produce, self.prefetch)
+
+
+def _batch(pending: list) -> FrameBatch:
+    images = [f.result() for _, f in pending]
+    return FrameBatch(tuple(i for i, _ in pending), images, [(im.shape[1], im.shape[0]) for im in images])

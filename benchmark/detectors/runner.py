@@ -1,0 +1,223 @@
+"""``aegisbench detect``: run a wrapped detector over a dataset repo and write a submission.
+
+Every ``(config, split)`` of the track is predicted - the clean ``<source>_val``
+splits (the evaluator freezes the threshold there) and every config's test splits.
+Work happens in a hidden staging folder next to the output (``.<id>.detect-partial``):
+each finished config is written as an atomic Parquet part plus a JSON marker holding
+the run key (detector, weights hash, options, dataset digest), so an interrupted run
+resumes per config and never mixes parts of different runs. At the end the parts are
+joined into ``predictions.parquet``, ``submission.yaml`` is written (with the dataset
+manifest digest) and the completed folder is swapped into place.
+
+>>> SubmissionInfo(name="ref", model="yolo").license
+'MIT'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+from tqdm import tqdm
+
+from aegisbench.atomic import atomic_path, atomic_write_text, replace_dir
+from aegisbench.builders.manifest import require_verified
+from aegisbench.detectors.interface import Detector
+from aegisbench.detectors.loader import FrameLoader, shard_paths
+from aegisbench.errors import BadInput
+from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.predictions import PREDICTION_SCHEMA, write_parquet_predictions
+
+log = logging.getLogger(__name__)
+
+TRACKS = ("sar", "smoke")
+
+
+@dataclass(frozen=True)
+class SubmissionInfo:
+    """The descriptive fields of ``submission.yaml`` (the dataset fields come from the repo)."""
+
+    name: str
+    model: str
+    team: str = "AegisBench"
+    contact: str = "n/a"
+    license: str = "MIT"
+    description: str = "Predictions written by aegisbench detect."
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, str) or not v.strip():
+                raise BadInput(f"{f.name} must be a non-empty string", where=f"--{f.name}")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Loader and output settings: frames per ``predict`` call, decode threads, batches
+    decoded ahead, progress bar, replacing an existing submission folder."""
+
+    frames_per_batch: int = 8
+    loader_workers: int = 2
+    prefetch: int = 2
+    progress: bool = True
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("frames_per_batch", "loader_workers", "prefetch"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise BadInput(f"{name} must be a positive integer, got {v!r}", where=f"--{name.replace('_', '-')}")
+
+
+def track_splits(manifest: dict, track: str) -> dict[str, list[str]]:
+    """``config -> [split, ...]`` of every split whose source belongs to ``track``
+    (``clean`` first, then configs by name)."""
+    if track not in TRACKS:
+        raise BadInput(f"detect runs on the detection tracks {list(TRACKS)}, got {track!r}", where="--track")
+    sources = {s for s, info in manifest.get("sources", {}).items() if info.get("track") == track}
+    out: dict[str, list[str]] = {}
+    for config in sorted(manifest["configs"], key=lambda c: (c != "clean", c)):
+        splits = sorted(s for s, info in manifest["configs"][config]["splits"].items() if info["source"] in sources)
+        if splits:
+            out[config] = splits
+    if not any(s.endswith("_val") for s in out.get("clean", [])):
+        raise BadInput(f"the dataset has no clean validation split of track {track!r}", where="--dataset")
+    return out
+
+
+def run_key(detector: Detector, manifest: dict, track: str) -> str:
+    """What decides the predictions: model identity and weights bytes, options, dataset."""
+    weights = Path(getattr(detector, "weights", ""))
+    opts = dataclasses.asdict(detector.options)
+    return json_sha256({"detector": detector.describe(), "options": opts, "track": track,
+                        "weights_sha256": file_sha256(weights) if weights.is_file() else None,
+                        "dataset_digest": manifest["dataset_digest"]})
+
+
+def staging_for(out: Path) -> Path:
+    return out.parent / f".{out.name}.detect-partial"
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Refuse to replace an existing non-empty folder unless ``overwrite``."""
+    if out.exists() and not out.is_dir():
+        raise BadInput("output path exists and is not a folder", where=str(out))
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise BadInput("output folder already exists and is not empty (pass --overwrite to replace it)",
+                       where=str(out))
+
+
+def _part_done(parts: Path, config: str, key: str) -> bool:
+    marker, part = parts / f"{config}.json", parts / f"{config}.parquet"
+    if not (marker.exists() and part.exists()):
+        return False
+    try:
+        info = json.loads(marker.read_text())
+    except json.JSONDecodeError:
+        return False
+    return info.get("run_key") == key and info.get("sha256") == file_sha256(part)
+
+
+def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path, info: SubmissionInfo,
+               run: RunOptions = RunOptions(), *, manifest: dict | None = None) -> dict:
+    """Predict every split of ``track`` and write ``out`` (predictions.parquet + submission.yaml).
+
+    Returns a report: configs run and resumed, frames, windows, wall seconds,
+    images/s and tiles/s, and the model's share of the time. ``manifest`` is that of
+    ``repo`` when the caller already verified it.
+    """
+    repo, out = Path(repo), Path(out)
+    manifest = manifest or require_verified(repo)  # before anything is written
+    plan = track_splits(manifest, track)
+    check_output(out, run.overwrite)
+    key = run_key(detector, manifest, track)
+    staging = staging_for(out)
+    parts = staging / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+    for leftover in staging.rglob("*.tmp"):
+        leftover.unlink()
+    todo = [c for c in plan if not _part_done(parts, c, key)]
+    resumed = [c for c in plan if c not in todo]
+    if resumed:
+        log.info("resuming: %d of %d configs already done (%s)", len(resumed), len(plan), ", ".join(resumed))
+    sizes = {(c, s): manifest["configs"][c]["splits"][s]["rows"] for c in todo for s in plan[c]}
+    bar = tqdm(total=sum(sizes.values()), desc=f"detect {track}", unit="img", disable=not run.progress)
+    t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
+    for config in todo:
+        entries, counts = {}, {}
+        for split in plan[config]:
+            loader = FrameLoader(shard_paths(repo, manifest, config, split), batch=run.frames_per_batch,
+                                 workers=run.loader_workers, prefetch=run.prefetch)
+            n_img = n_box = 0
+            for fb in loader:
+                for image_id, det in zip(fb.image_ids, detector.predict(fb.images)):
+                    if len(det):
+                        entries[(config, split, image_id)] = det
+                        n_box += len(det)
+                n_img += len(fb)
+                bar.update(len(fb))
+            counts[split] = {"images": n_img, "boxes": n_box}
+        part = parts / f"{config}.parquet"
+        write_parquet_predictions(entries, part)
+        atomic_write_text(parts / f"{config}.json", json.dumps(
+            {"run_key": key, "config": config, "splits": counts, "sha256": file_sha256(part)}, sort_keys=True))
+        log.info("config %s: %s", config, ", ".join(f"{s} {c['images']} img / {c['boxes']} boxes"
+                                                   for s, c in counts.items()))
+    bar.close()
+    wall = time.perf_counter() - t0
+    done = detector.stats
+    frames, windows, model_s = (done.frames - before.frames, done.windows - before.windows,
+                                done.seconds - before.seconds)
+    empty = _finalize(staging, parts, plan, manifest, track, info, detector)
+    replace_dir(staging, out)
+    report = {"out": str(out), "configs": len(plan), "configs_run": len(todo), "configs_resumed": len(resumed),
+              "frames": frames, "windows": windows, "seconds": round(wall, 3),
+              "images_per_s": round(frames / wall, 3) if wall > 0 and frames else 0.0,
+              "tiles_per_s": round(windows / wall, 3) if wall > 0 and windows else 0.0,
+              "predict_share": round(model_s / wall, 3) if wall > 0 else 0.0, "no_detections": empty}
+    log.info("detect: %d images (%d tiles) in %.1f s: %.2f images/s, %.2f tiles/s", frames, windows, wall,
+             report["images_per_s"], report["tiles_per_s"])
+    return report
+
+
+def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: dict, track: str,
+              info: SubmissionInfo, detector: Detector) -> list[str]:
+    """Join the parts into predictions.parquet and write submission.yaml; returns the
+    ``config/split`` entries with no detection (declared under ``no_detections``)."""
+    tables, empty = [], []
+    for config, splits in plan.items():
+        t = pq.read_table(parts / f"{config}.parquet", schema=PREDICTION_SCHEMA)
+        tables.append(t)
+        present = set(t.column("split").to_pylist())
+        empty += [f"{config}/{s}" for s in splits if s not in present]
+    joined = pa.concat_tables(tables) if tables else PREDICTION_SCHEMA.empty_table()
+    with atomic_path(staging / "predictions.parquet") as tmp:
+        pq.write_table(joined, tmp)
+    meta = {"name": info.name, "team": info.team, "track": track, "model": info.model, "contact": info.contact,
+            "license": info.license, "description": info.description,
+            "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
+    if empty:
+        meta["no_detections"] = empty
+    meta["detector"] = detector_record(detector)
+    atomic_write_text(staging / "submission.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
+    shutil.rmtree(parts)
+    return empty
+
+
+def detector_record(detector: Detector) -> dict:
+    """How the predictions were made (recorded in submission.yaml; never a threshold)."""
+    o = detector.options
+    weights = Path(getattr(detector, "weights", ""))
+    return {**detector.describe(),
+            "weights_sha256": file_sha256(weights) if weights.is_file() else None,
+            "score_floor": float(o.conf), "max_det_window": o.max_det, "max_det_frame": o.max_det_frame,
+            "imgsz": o.imgsz, "model_nms_iou": o.nms_iou, "half": o.half,
+            "tiling": dataclasses.asdict(o.tiling)}

@@ -1,0 +1,166 @@
+"""Ultralytics adapters: YOLO (v8, 11 and newer) and RT-DETR, from a ``.pt`` checkpoint or a model YAML.
+
+Nothing is downloaded: weights must be a local file (a YAML may also be the bare name
+of a config shipped inside the ``ultralytics`` package, e.g. ``yolov8n.yaml``, which
+builds an untrained model). Ultralytics is imported with ``YOLO_OFFLINE=1`` (no
+connectivity probe, no telemetry) and ``ULTRALYTICS_SAFE_LOAD=1`` (checkpoints load
+with ``torch.load(weights_only=True)`` against Ultralytics' allow-list); if it was
+imported earlier without that flag, the checkpoint is first loaded once with
+``torch_safe_load(..., safe_only=True)`` so an unsafe pickle never reaches the full
+loader. Frames reach the framework's own predictor (letterbox, NMS, rescaling), as
+BGR arrays, with ``conf`` near zero.
+
+>>> _native_imgsz(640, 480), _native_imgsz(1000, 1024), _native_imgsz(100, 70)
+(640, 1024, 128)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+
+from aegisbench.detectors.interface import Detector, DetectorOptions, check_weights
+from aegisbench.errors import BadInput
+from aegisbench.predictions import Detections
+
+log = logging.getLogger(__name__)
+
+_YAML = (".yaml", ".yml")
+
+
+def import_ultralytics():
+    """Import ``ultralytics`` offline and with safe checkpoint loading, keeping torch's
+    CPU thread count (Ultralytics sets ``OMP_NUM_THREADS=1`` when it is unset)."""
+    import sys
+
+    fresh = "ultralytics" not in sys.modules
+    if fresh:
+        os.environ.setdefault("YOLO_OFFLINE", "1")
+        os.environ.setdefault("ULTRALYTICS_SAFE_LOAD", "1")
+    import torch
+
+    threads = torch.get_num_threads()
+    import ultralytics
+
+    if fresh and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return ultralytics
+
+
+def _native_imgsz(width: int, height: int, stride: int = 32) -> int:
+    """Longer side rounded up to the stride: the model input keeps native resolution."""
+    return int(-(-max(width, height) // stride) * stride)
+
+
+def packaged_yaml(name: str) -> Path | None:
+    """Path of a model YAML shipped in the ultralytics package (``yolov8.yaml`` for
+    ``yolov8n.yaml``: the scale letter is read from the name), or None."""
+    import re
+
+    import ultralytics
+
+    root = Path(ultralytics.__file__).parent / "cfg" / "models"
+    stem = Path(name).stem
+    for cand in (name, re.sub(r"(\d+)([nslmx])(.*)$", r"\1\3", stem) + Path(name).suffix):
+        hits = sorted(root.rglob(cand))
+        if hits:
+            return hits[0]
+    return None
+
+
+class UltralyticsDetector(Detector):
+    """``yolo`` or ``rtdetr`` through ``ultralytics.YOLO`` / ``ultralytics.RTDETR``."""
+
+    def __init__(self, kind: str, weights: str | Path, options: DetectorOptions):
+        if kind not in ("yolo", "rtdetr"):
+            raise BadInput(f"not an Ultralytics detector kind: {kind!r}", where="--detector")
+        super().__init__(options)
+        self.name = kind
+        self.weights = str(weights)
+        self.model = self._load(kind, str(weights))
+        self.names = dict(self.model.names)
+
+    @staticmethod
+    def _load(kind: str, weights: str):
+        import_ultralytics()
+        from ultralytics import RTDETR, YOLO
+        from ultralytics.nn import tasks
+
+        lower = weights.lower()
+        if lower.endswith(_YAML):
+            path = Path(weights)
+            if not path.exists() and (path.name != weights or packaged_yaml(weights) is None):
+                raise BadInput("model YAML not found (a local file, or the name of a config shipped "
+                               "with ultralytics)", where=weights)
+            try:
+                model = (RTDETR if kind == "rtdetr" else YOLO)(weights)
+            except (KeyError, ValueError, TypeError, SyntaxError, AttributeError, IndexError) as exc:
+                raise BadInput(f"not a buildable Ultralytics model YAML ({type(exc).__name__}: {exc})",
+                               where=weights) from None
+        elif lower.endswith(".pt"):
+            path = check_weights(weights)
+            if not tasks.SAFE_LOAD:
+                _safe_precheck(str(path))
+            try:
+                model = (RTDETR if kind == "rtdetr" else YOLO)(str(path.resolve()))
+            except (TypeError, ModuleNotFoundError, KeyError, AttributeError, RuntimeError, EOFError) as exc:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                raise BadInput(f"not a loadable Ultralytics checkpoint: {first}", where=weights) from None
+        else:
+            raise BadInput("Ultralytics weights must be a .pt checkpoint or a model .yaml", where=weights)
+        net = model.model
+        is_rtdetr = isinstance(net, tasks.RTDETRDetectionModel)
+        if getattr(model, "task", None) != "detect" or not isinstance(net, tasks.DetectionModel):
+            raise BadInput(f"checkpoint is not a detector (task {getattr(model, 'task', None)!r})", where=weights)
+        if is_rtdetr != (kind == "rtdetr"):
+            want = "an RT-DETR" if kind == "rtdetr" else "a YOLO"
+            raise BadInput(f"checkpoint is not {want} model ({type(net).__name__}); "
+                           f"use --detector {'rtdetr' if is_rtdetr else 'yolo'}", where=weights)
+        return model
+
+    def describe(self) -> dict:
+        return {"detector": self.name, "weights": Path(self.weights).name,
+                "architecture": type(self.model.model).__name__, "classes": list(self.names.values())}
+
+    def predict_windows(self, windows: list[np.ndarray]) -> list[Detections]:
+        h, w = windows[0].shape[:2]
+        o = self.options
+        imgsz = o.imgsz or _native_imgsz(w, h)
+        bgr = [np.ascontiguousarray(x[..., ::-1]) for x in windows]
+        results = self.model.predict(bgr, imgsz=imgsz, conf=float(o.conf),
+                                     iou=0.7 if o.nms_iou is None else float(o.nms_iou), max_det=o.max_det,
+                                     device=o.device, batch=len(bgr), verbose=False, save=False,
+                                     **precision_args(o.half))
+        return [self._to_detections(r) for r in results]
+
+    def _to_detections(self, result) -> Detections:
+        boxes = result.boxes
+        xyxy = boxes.xyxy.float().cpu().numpy().astype(np.float32).reshape(-1, 4)
+        score = np.clip(boxes.conf.float().cpu().numpy().astype(np.float32), 0.0, 1.0)
+        cls = boxes.cls.cpu().numpy().astype(np.int64)
+        label = np.array([str(self.names.get(int(c), int(c))) for c in cls], dtype=object)
+        ok = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+        return Detections(xyxy[ok], score[ok], label[ok])
+
+
+def precision_args(half: bool) -> dict:
+    """FP16 request in this Ultralytics release's terms (``quantize`` replaced ``half``)."""
+    from ultralytics.cfg import DEFAULT_CFG_DICT
+
+    if "quantize" in DEFAULT_CFG_DICT:
+        return {"quantize": 16 if half else None}
+    return {"half": half}
+
+
+def _safe_precheck(path: str) -> None:
+    """Load once with ``weights_only=True`` (Ultralytics' allow-list) before the full load."""
+    from ultralytics.nn.tasks import torch_safe_load
+
+    try:
+        torch_safe_load(path, safe_only=True)
+    except (TypeError, ModuleNotFoundError, RuntimeError, EOFError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BadInput(f"not a loadable Ultralytics checkpoint: {first}", where=path) from None

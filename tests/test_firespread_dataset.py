@@ -1,0 +1,158 @@
+"""Fire-spread configs as a dataset repo, submissions, the evaluator, baselines and the CLI."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+
+import datasets
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from aegisbench import cli
+from aegisbench.builders.firespread import (FIRESPREAD_FEATURES, build_firespread_repo, firespread_tasks,
+                                           run_ensemble)
+from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.firespread.convlstm import ConvLSTMConfig
+from aegisbench.firespread.ensemble import burn_counts, z_moments
+from aegisbench.firespread.evaluate import RESULT_SCHEMA, score_submission, write_baselines
+from aegisbench.firespread.layout import make_initial_condition
+from aegisbench.firespread.params import FirespreadParams
+from aegisbench.firespread.submission import FORECASTS, forecasts_table
+
+V = "0.1.0"
+PARAMS = {"grid": [16, 16], "realizations": 24, "s_levels": [0, 30], "initial_conditions": 4,
+          "test_initial_conditions": [2, 3], "realizations_per_shard": 10,
+          "forecast": {"observe": 4, "horizon": 6, "eval_realizations": 3}}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fs")
+    build_firespread_repo(PARAMS, V, root / "repo")
+    write_baselines(root / "repo", root / "subs", convlstm_cfg=ConvLSTMConfig(steps=2, hidden=4, batch=2,
+                                                                              train_horizon=3,
+                                                                              realizations_per_ensemble=4))
+    return root
+
+
+@pytest.fixture(autouse=True)
+def with_commands(monkeypatch):
+    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "aegisbench.firespread.commands"])
+
+
+def test_tasks_are_picklable_independent_blocks(tmp_path):
+    tasks = firespread_tasks(PARAMS, V)
+    assert all(pickle.loads(pickle.dumps(t)) == t for t in tasks)
+    assert {t.split for t in tasks} == {"firespread", "firespread_train"}
+    assert all(t.relpath.startswith(f"{t.config}/{t.split}-") for t in tasks)
+    blk = next(t for t in tasks if t.config == "firespread_s30" and t.start == 10)
+    assert blk.features is FIRESPREAD_FEATURES["realizations"]
+    entry = blk.run(tmp_path)
+    rows = pq.read_table(tmp_path / entry.path).to_pylist()
+    p = FirespreadParams.from_dict(PARAMS)
+    full = run_ensemble(p, V, make_initial_condition(p, V, blk.ics[0]), 30)
+    assert [r["realization"] for r in rows] == list(range(10, 20))
+    assert np.array_equal(np.array([r["ignition_time"] for r in rows]), full.ignition_time[10:20])
+    assert (tmp_path / ".shards").is_dir()  # resume sidecar, as build_repo expects
+
+
+def test_repo_verifies_loads_and_statistic_matches_realizations(repo):
+    path = repo / "repo"
+    assert verify_repo(path).ok
+    m = load_manifest(path)
+    assert set(m["configs"]) == {"firespread_s0", "firespread_s30", "firespread_statistic"}
+    ds = datasets.load_dataset(str(path), "firespread_s30")
+    assert set(ds) == {"firespread", "firespread_train"} and ds["firespread"].num_rows == 2 * 24
+    st = datasets.load_dataset(str(path), "firespread_statistic")["firespread"].with_format("numpy")
+    real = ds["firespread"].with_format("numpy")
+    for row in st:
+        if row["s_level"] != 30:
+            continue
+        sel = [i for i, ic in enumerate(real["initial_condition"]) if ic == row["initial_condition"]]
+        tau = np.stack([np.stack(real[i]["ignition_time"]) for i in sel])
+        counts = np.stack([np.stack(c) for c in row["burn_counts"]])
+        assert np.array_equal(counts, burn_counts(tau, len(counts) - 1))
+        zm, zv = z_moments(tau, int(row["n_trees"]), len(counts))
+        assert np.allclose(zm, row["z_mean"]) and np.allclose(zv, row["z_var"])
+        assert row["n_realizations"] == 24 and row["forecast_observe"] == 4
+    # tampering is caught
+    shard = path / m["configs"]["firespread_s0"]["splits"]["firespread"]["shards"][0]["path"]
+    copy = repo / "tampered"
+    shutil.copytree(path, copy)
+    (copy / shard.relative_to(path)).write_bytes(shard.read_bytes() + b"x")
+    assert not verify_repo(copy).ok
+
+
+def test_same_build_same_digest(repo, tmp_path):
+    again = build_firespread_repo(PARAMS, V, tmp_path / "again")
+    assert again["dataset_digest"] == load_manifest(repo / "repo")["dataset_digest"]
+
+
+def test_baselines_validate_and_evaluate(repo, capsys):
+    path = repo / "repo"
+    for name in ("oracle", "persistence", "spread_heuristic", "convlstm"):
+        sub = repo / "subs" / f"firespread_{name}"
+        assert cli.main(["firespread-validate", str(sub), "--dataset", str(path)]) == 0
+    out = repo / "res" / "oracle"
+    assert cli.main(["firespread-evaluate", str(repo / "subs" / "firespread_oracle"), "--dataset", str(path),
+                     "--out", str(out), "--n-boot", "50"]) == 0
+    t = pq.read_table(out / "metrics.parquet")
+    assert t.schema.equals(RESULT_SCHEMA)
+    rows = t.to_pylist()
+    metrics = {r["metric"] for r in rows}
+    assert {"precision", "recall", "f1", "average_precision", "auc_pr_trapezoid", "brier", "brier_reliability",
+            "brier_resolution", "brier_uncertainty", "ece", "oracle_brier", "excess_brier"} <= metrics
+    assert {r["config"] for r in rows} == {"firespread_s0", "firespread_s30"}
+    assert any(r["stratum"].startswith("var_z:") for r in rows) and any(r["stratum"].startswith("dice:") for r in rows)
+    assert {r["t"] for r in rows} - {None} == set(range(5, 11))
+    excess = [r["value"] for r in rows if r["metric"] == "excess_brier"]
+    assert np.allclose(excess, 0.0)  # the oracle is the oracle
+    s0 = {r["metric"]: r["value"] for r in rows if r["config"] == "firespread_s0" and r["t"] is None
+          and r["stratum"] == "all"}
+    assert s0["recall"] == 1.0 and s0["brier"] == 0.0 and s0["ece"] == 0.0
+    assert (out / "calibration.png").read_bytes()[:4] == b"\x89PNG"
+    pers = score_submission(repo / "subs" / "firespread_persistence", path, n_boot=20).to_pylist()
+    b = [r["value"] for r in pers if r["metric"] == "brier" and r["config"] == "firespread_s0" and r["t"] == 10]
+    assert b[0] > 0  # persistence misses the spread
+
+
+def _broken(repo, tmp_path, mutate) -> str:
+    src = repo / "subs" / "firespread_persistence"
+    dst = tmp_path / "sub"
+    shutil.copytree(src, dst)
+    t = pq.read_table(dst / FORECASTS)
+    keys = list(zip(*(t.column(c).to_pylist() for c in ("config", "initial_condition", "realization", "t"))))
+    maps = np.array([np.array(m, np.float32) for m in t.column("probability").to_pylist()])
+    keys, maps = mutate(keys, maps)
+    pq.write_table(forecasts_table(keys, maps) if not isinstance(maps, type(t)) else maps, dst / FORECASTS)
+    return str(dst)
+
+
+@pytest.mark.parametrize("mutate, needle", [
+    (lambda k, m: (k, np.where(np.arange(m.size).reshape(m.shape) == 5, np.nan, m)), "row 0 field probability: NaN"),
+    (lambda k, m: (k, m + 1.5), "row 0 field probability: value outside [0, 1]"),
+    (lambda k, m: (k, m[:, :, :-1]), "row 0 field probability: map rows must have 16 values"),
+    (lambda k, m: (k[:-1], m[:-1]), "coverage: 1 of"),
+    (lambda k, m: (k + k[:1], np.concatenate([m, m[:1]])), "field t: duplicate forecast"),
+    (lambda k, m: ([("firespread_s5", *k[0][1:])] + k[1:], m), "row 0 field config: no such forecast target"),
+    (lambda k, m: ([(k[0][0], 0, *k[0][2:])] + k[1:], m), "row 0 field initial_condition"),
+])
+def test_invalid_submissions_exit_2_naming_row_and_field(repo, tmp_path, capsys, mutate, needle):
+    sub = _broken(repo, tmp_path, mutate)
+    assert cli.main(["firespread-validate", sub, "--dataset", str(repo / "repo")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1
+
+
+def test_digest_mismatch_and_missing_folder_exit_2(repo, tmp_path, capsys):
+    sub = _broken(repo, tmp_path, lambda k, m: (k, m))
+    meta = yaml.safe_load((tmp_path / "sub" / "submission.yaml").read_text())
+    meta["dataset_digest"] = "0" * 64
+    (tmp_path / "sub" / "submission.yaml").write_text(yaml.safe_dump(meta))
+    assert cli.main(["firespread-validate", sub, "--dataset", str(repo / "repo")]) == 2
+    assert "field dataset_digest" in capsys.readouterr().err
+    assert cli.main(["firespread-validate", str(tmp_path / "nope"), "--dataset", str(repo / "repo")]) == 2
+    assert cli.main(["firespread-baselines", "--dataset", str(repo / "repo"), "--only", "magic"]) == 2
