@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "aegisbench.corruptions.commands",
     "aegisbench.evaluation.commands",
     "aegisbench.detectors.commands",
+    "aegisbench.firespread.commands",
 ]
 
 log = logging.getLogger("aegisbench")

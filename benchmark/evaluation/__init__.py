@@ -4,7 +4,7 @@
 """
 
 from aegisbench.evaluation.coco import coco_map, map_from_arrays
-from aegisbench.evaluation.evaluator import EVALUATOR_VERSION
+from aegisbench.evaluation.version import EVALUATOR_VERSION
 from aegisbench.evaluation.matching import match_images
 from aegisbench.evaluation.threshold import freeze_threshold
 

@@ -48,12 +48,12 @@ from aegisbench.evaluation.matching import IOU_THRESHOLD, BatchMatch, match_imag
 from aegisbench.evaluation.scoring import ConditionScorer, family_of
 from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimits, validate_submission
 from aegisbench.evaluation.threshold import freeze_threshold
+from aegisbench.evaluation.version import EVALUATOR_VERSION  # noqa: F401  (re-exported)
 from aegisbench.hashing import json_sha256
 from aegisbench.metrics import SilentFailureParams, image_positive
 
 log = logging.getLogger(__name__)
 
-EVALUATOR_VERSION = "0.1.0"
 
 METRICS_SCHEMA = pa.schema([
     ("submission", pa.string()), ("track", pa.string()), ("source", pa.string()), ("config", pa.string()),
