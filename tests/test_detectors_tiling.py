@@ -196,3 +196,40 @@ def test_options_validate():
         TilingParams(tile=512, overlap=512)
     with pytest.raises(TypeError):
         TilingParams(tile=512.0)
+
+
+# ------------------------------------------------------------------ background loader
+
+
+def _shard(path, ids, corrupt=()):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from aegisbench.builders.source_table import encode_png
+    rows = []
+    for k, i in enumerate(ids):
+        img = np.full((4 + k, 6, 3), k, np.uint8)
+        rows.append({"image_id": i, "image": {"bytes": b"junk" if i in corrupt else encode_png(img), "path": None}})
+    schema = pa.schema([("image_id", pa.string()), ("image", pa.struct([("bytes", pa.binary()), ("path", pa.string())]))])
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, row_group_size=2)
+    return path
+
+
+def test_loader_batches_per_tag_in_order_and_skips(tmp_path):
+    from aegisbench.detectors.loader import FrameLoader
+    a = _shard(tmp_path / "a.parquet", [f"a{i}" for i in range(5)])
+    b = _shard(tmp_path / "b.parquet", ["b0", "b1"])
+    c = _shard(tmp_path / "c.parquet", ["c0", "c1", "c2"])
+    batches = list(FrameLoader([("x", a), ("x", b), ("y", c)], batch=3, workers=2, skip={"c1"}))
+    assert [(fb.tag, fb.image_ids) for fb in batches] == [
+        ("x", ("a0", "a1", "a2")), ("x", ("a3", "a4", "b0")), ("x", ("b1",)), ("y", ("c0", "c2"))]
+    assert batches[0].images[2].shape == (6, 6, 3) and batches[0].sizes[2] == (6, 6)
+    assert int(batches[3].images[1][0, 0, 0]) == 2  # c2 decoded, c1 skipped
+
+
+def test_loader_reraises_decode_errors_in_the_consumer(tmp_path):
+    from aegisbench.detectors.loader import FrameLoader
+    from aegisbench.errors import BadInput
+    bad = _shard(tmp_path / "bad.parquet", ["ok0", "broken", "ok1"], corrupt={"broken"})
+    with pytest.raises(BadInput, match="bad.parquet:broken"):
+        list(FrameLoader([bad], batch=2))

@@ -3,12 +3,13 @@ threads (pyarrow and OpenCV release the GIL) while the model runs, so the accele
 is not idle waiting for input.
 
 ``split_frames(repo, manifest, config, split)`` lists a split's image ids without
-decoding; ``FrameLoader`` yields :class:`FrameBatch` objects (keys + RGB frames) in
-manifest order, ``prefetch`` batches ahead of the consumer.
+decoding; ``FrameLoader`` yields :class:`FrameBatch` objects (tag + ids + RGB frames)
+in shard order, one continuous pipeline over many splits (a batch never mixes tags),
+decoding a batch ahead and queueing ``prefetch`` decoded batches for the consumer.
 
->>> b = FrameBatch(("a",), [np.zeros((2, 2, 3), np.uint8)], [(2, 2)])
->>> len(b)
-1
+>>> b = FrameBatch(("clean", "sard"), ("a",), [np.zeros((2, 2, 3), np.uint8)], [(2, 2)])
+>>> len(b), b.tag
+(1, ('clean', 'sard'))
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,8 +34,10 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FrameBatch:
-    """Consecutive frames of one split: ``image_ids``, decoded RGB ``images``, ``sizes`` (w, h)."""
+    """Consecutive frames of one shard group: its ``tag`` (e.g. ``(config, split)``),
+    ``image_ids``, decoded RGB ``images``, ``sizes`` (w, h)."""
 
+    tag: object
     image_ids: tuple[str, ...]
     images: list[np.ndarray]
     sizes: list[tuple[int, int]]
@@ -61,8 +65,9 @@ def split_frames(repo: str | Path, manifest: dict, config: str, split: str) -> l
     return out
 
 
-def _encoded_rows(paths: Iterable[Path], skip: frozenset[str]) -> Iterator[tuple[str, bytes, str]]:
-    for path in paths:
+def _encoded_rows(items: Iterable[tuple[object, Path]], skip: frozenset[str]
+                  ) -> Iterator[tuple[object, str, bytes, str]]:
+    for tag, path in items:
         pf = pq.ParquetFile(path)
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, columns=["image_id", "image"])
@@ -70,7 +75,7 @@ def _encoded_rows(paths: Iterable[Path], skip: frozenset[str]) -> Iterator[tuple
             blobs = t.column("image").combine_chunks().field("bytes").to_pylist()
             for image_id, data in zip(ids, blobs):
                 if image_id not in skip:
-                    yield image_id, data, f"{path.name}:{image_id}"
+                    yield tag, image_id, data, f"{path.name}:{image_id}"
 
 
 _END = object()
@@ -119,33 +124,43 @@ def background(produce: Callable[[Callable[[object], bool]], None], depth: int =
 
 
 class FrameLoader:
-    """Iterate decoded frames of shards in batches of ``batch`` frames, decoding with
-    ``workers`` threads, at most ``prefetch`` batches ahead; ``skip`` image ids are not
-    decoded. Errors in the background thread are re-raised in the consumer."""
+    """Iterate decoded frames of shards in batches of at most ``batch`` frames. ``shards``
+    are paths or ``(tag, path)`` pairs; a batch holds frames of one tag only. PNGs are
+    decoded by ``workers`` threads one batch ahead, ``prefetch`` decoded batches wait for
+    the consumer; ``skip`` image ids are not decoded. Errors in the background thread
+    are re-raised in the consumer."""
 
-    def __init__(self, paths: list[Path], batch: int = 8, workers: int = 2, prefetch: int = 2,
+    def __init__(self, shards: Iterable, batch: int = 8, workers: int = 2, prefetch: int = 2,
                  skip: Iterable[str] = ()):
         if batch < 1 or workers < 1 or prefetch < 1:
             raise ValueError("batch, workers and prefetch must be >= 1")
-        self.paths, self.batch, self.workers, self.prefetch = list(paths), batch, workers, prefetch
+        self.items = [s if isinstance(s, tuple) else (None, Path(s)) for s in shards]
+        self.batch, self.workers, self.prefetch = batch, workers, prefetch
         self.skip = frozenset(skip)
 
     def _produce(self, put: Callable[[object], bool]) -> None:
         with ThreadPoolExecutor(self.workers, thread_name_prefix="aegis-decode") as pool:
-            pending: list = []
-            for image_id, data, where in _encoded_rows(self.paths, self.skip):
-                pending.append((image_id, pool.submit(decode_image, data, where)))
-                if len(pending) == self.batch:
-                    if not put(_batch(pending)):
+            pending: deque = deque()
+
+            def emit() -> bool:
+                tag, items = pending[0][0], []
+                while pending and len(items) < self.batch and pending[0][0] == tag:
+                    items.append(pending.popleft())
+                return put(_batch(tag, items))
+
+            for tag, image_id, data, where in _encoded_rows(self.items, self.skip):
+                pending.append((tag, image_id, pool.submit(decode_image, data, where)))
+                while len(pending) >= 2 * self.batch:  # one batch decoding behind the one handed out
+                    if not emit():
                         return
-                    pending = []
-            if pending:
-                put(_batch(pending))
+            while pending:
+                if not emit():
+                    return
 
     def __iter__(self) -> Iterator[FrameBatch]:
         return background(self._produce, self.prefetch)
 
 
-def _batch(pending: list) -> FrameBatch:
-    images = [f.result() for _, f in pending]
-    return FrameBatch(tuple(i for i, _ in pending), images, [(im.shape[1], im.shape[0]) for im in images])
+def _batch(tag, items: list) -> FrameBatch:
+    images = [f.result() for _, _, f in items]
+    return FrameBatch(tag, tuple(i for _, i, _ in items), images, [(im.shape[1], im.shape[0]) for im in images])

@@ -37,6 +37,7 @@ from aegisbench.hashing import json_sha256, rng_for
 
 log = logging.getLogger(__name__)
 
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSProp", "auto")
 PACKAGED_MODELS = {"aegis_yolo_tiny.yaml": Path(__file__).with_name("aegis_yolo_tiny.yaml")}
 
 
@@ -45,18 +46,18 @@ class ReferenceParams:
     """The ``reference_detector`` section of ``params.yaml`` (all training choices)."""
 
     model: str = "aegis_yolo_tiny.yaml"
-    imgsz: int = 320
-    crop: int | None = 320  # None: train on whole frames
+    imgsz: int = 160
+    crop: int | None = 160  # None: train on whole frames (then detect with --imgsz imgsz)
     crops_per_object: int = 1
     negatives_per_image: int = 1
     min_visible: float = 0.5  # a cut object stays labelled if this much of its box is inside
-    epochs: int = 15
-    batch: int = 16
+    epochs: int = 20
+    batch: int = 8
     seed: int = 0
     optimizer: str = "AdamW"
     lr0: float = 0.003
     mosaic: float = 1.0
-    close_mosaic: int = 3
+    close_mosaic: int = 5
     warmup_epochs: float = 1.0
     scale: float = 0.25
     fliplr: float = 0.5
@@ -88,6 +89,8 @@ class ReferenceParams:
                 raise BadInput(f"{name} must be a number in [0, 1], got {v!r}", where=where)
         if isinstance(self.lr0, bool) or not isinstance(self.lr0, (int, float)) or not 0 < self.lr0 < 1:
             raise BadInput(f"lr0 must lie in (0, 1), got {self.lr0!r}", where=where)
+        if self.optimizer not in OPTIMIZERS:
+            raise BadInput(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}", where=where)
         if not isinstance(self.model, str) or not self.model.endswith((".yaml", ".yml")):
             raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=where)
 
@@ -108,6 +111,11 @@ class ReferenceParams:
         if extra:
             raise BadInput(f"unknown keys {extra}", where="params.yaml: reference_detector")
         return cls(**raw)
+
+    def inference_imgsz(self) -> int | None:
+        """Input size at inference: native (None) for crop training, ``imgsz`` for whole
+        frames trained at a reduced size (pass it as ``detect --imgsz``)."""
+        return self.imgsz if self.crop is None else None
 
     def model_path(self) -> str:
         """The YAML to build: a packaged AegisBench model, else the name/path as given."""
@@ -251,11 +259,13 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     report = {"source_table": Path(source_table).name, "params": dataclasses.asdict(params),
               "params_sha256": json_sha256(dataclasses.asdict(params)), "train_seconds": round(seconds, 1),
               "train_cpu_seconds": round(cpu_seconds, 1),
-              "torch_threads": torch.get_num_threads(), "weights": "weights.pt"}
+              "torch_threads": torch.get_num_threads(), "weights": "weights.pt",
+              "detect_imgsz": params.inference_imgsz()}
     if score:
         from aegisbench.detectors.interface import DetectorOptions, load_detector
 
-        det = load_detector("yolo", out / "weights.pt", DetectorOptions(device=params.device))
+        det = load_detector("yolo", out / "weights.pt", DetectorOptions(device=params.device,
+                                                                         imgsz=params.inference_imgsz()))
         report["scores"] = score_on_source(det, source_table)
     atomic_write_text(out / "train.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     log.info("reference detector trained in %.0f s -> %s", seconds, out / "weights.pt")

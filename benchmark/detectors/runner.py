@@ -151,26 +151,23 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     sizes = {(c, s): manifest["configs"][c]["splits"][s]["rows"] for c in todo for s in plan[c]}
     bar = tqdm(total=sum(sizes.values()), desc=f"detect {track}", unit="img", disable=not run.progress)
     t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
-    for config in todo:
-        entries, counts = {}, {}
-        for split in plan[config]:
-            loader = FrameLoader(shard_paths(repo, manifest, config, split), batch=run.frames_per_batch,
-                                 workers=run.loader_workers, prefetch=run.prefetch)
-            n_img = n_box = 0
-            for fb in loader:
-                for image_id, det in zip(fb.image_ids, detector.predict(fb.images)):
-                    if len(det):
-                        entries[(config, split, image_id)] = det
-                        n_box += len(det)
-                n_img += len(fb)
-                bar.update(len(fb))
-            counts[split] = {"images": n_img, "boxes": n_box}
-        part = parts / f"{config}.parquet"
-        write_parquet_predictions(entries, part)
-        atomic_write_text(parts / f"{config}.json", json.dumps(
-            {"run_key": key, "config": config, "splits": counts, "sha256": file_sha256(part)}, sort_keys=True))
-        log.info("config %s: %s", config, ", ".join(f"{s} {c['images']} img / {c['boxes']} boxes"
-                                                   for s, c in counts.items()))
+    shards = [((c, s), p) for c in todo for s in plan[c] for p in shard_paths(repo, manifest, c, s)]
+    loader = FrameLoader(shards, batch=run.frames_per_batch, workers=run.loader_workers, prefetch=run.prefetch)
+    entries: dict = {}
+    counts = {c: {s: {"images": 0, "boxes": 0} for s in plan[c]} for c in todo}
+    open_configs = list(todo)  # finished in plan order; one continuous loader feeds them all
+    for fb in loader:
+        config, split = fb.tag
+        while open_configs[0] != config:
+            _write_part(parts, open_configs.pop(0), entries, counts, key)
+        for image_id, det in zip(fb.image_ids, detector.predict(fb.images)):
+            if len(det):
+                entries[(config, split, image_id)] = det
+                counts[config][split]["boxes"] += len(det)
+        counts[config][split]["images"] += len(fb)
+        bar.update(len(fb))
+    while open_configs:
+        _write_part(parts, open_configs.pop(0), entries, counts, key)
     bar.close()
     wall = time.perf_counter() - t0
     done = detector.stats
@@ -186,6 +183,17 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     log.info("detect: %d images (%d tiles) in %.1f s: %.2f images/s, %.2f tiles/s", frames, windows, wall,
              report["images_per_s"], report["tiles_per_s"])
     return report
+
+
+def _write_part(parts: Path, config: str, entries: dict, counts: dict, key: str) -> None:
+    """Write one finished config (atomic Parquet part, then its marker) and free its rows."""
+    mine = {k: entries.pop(k) for k in [k for k in entries if k[0] == config]}
+    part = parts / f"{config}.parquet"
+    write_parquet_predictions(mine, part)
+    atomic_write_text(parts / f"{config}.json", json.dumps(
+        {"run_key": key, "config": config, "splits": counts[config], "sha256": file_sha256(part)}, sort_keys=True))
+    log.info("config %s: %s", config, ", ".join(f"{s} {c['images']} img / {c['boxes']} boxes"
+                                               for s, c in counts[config].items()))
 
 
 def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: dict, track: str,

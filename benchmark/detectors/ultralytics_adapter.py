@@ -33,7 +33,8 @@ _YAML = (".yaml", ".yml")
 
 def import_ultralytics():
     """Import ``ultralytics`` offline and with safe checkpoint loading, keeping torch's
-    CPU thread count (Ultralytics sets ``OMP_NUM_THREADS=1`` when it is unset)."""
+    CPU thread count (the import sets ``OMP_NUM_THREADS=1`` when it is unset; note that
+    Ultralytics' predictor and trainer then set cores - 1 threads on CPU themselves)."""
     import sys
 
     fresh = "ultralytics" not in sys.modules
