@@ -194,15 +194,17 @@ def deception_counts(patch_xyxy: np.ndarray, detections: Sequence[np.ndarray],
 
 @metric(False)
 def gamma_rates(counts_per_position: np.ndarray) -> np.ndarray:
-    """Per-image ``gamma_i = D_i / A_i`` from (n_images, A) deception counts."""
+    """Per-image ``gamma_i = D_i / A_i`` from (n_images, A) deception counts, where ``D_i``
+    counts the patch positions with at least one deceiving detection, so gamma lies in
+    [0, 1] as in WARP (several boxes on one patch deceive once)."""
     c = np.asarray(counts_per_position)
-    return c.sum(axis=1) / c.shape[1]
+    return (c > 0).sum(axis=1) / c.shape[1]
 
 
 def gamma_count_table(counts_per_position: np.ndarray) -> list[tuple[int, float, int]]:
     """``(D, gamma = D / A, number of images)`` for each observed ``D`` (WARP Table 5)."""
     c = np.asarray(counts_per_position)
-    d, n = np.unique(c.sum(axis=1), return_counts=True)
+    d, n = np.unique((c > 0).sum(axis=1), return_counts=True)
     return [(int(a), a / c.shape[1], int(b)) for a, b in zip(d, n)]
 
 

@@ -79,7 +79,8 @@ def test_warp_flip_probabilities_and_deception():
     counts = M.deception_counts(patches, dets)
     assert counts.tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 0]
     per_img = np.stack([counts, np.zeros(10, int)])
-    assert M.gamma_rates(per_img).tolist() == [0.2, 0.0]
+    # two deceiving boxes on one patch position deceive once: D = 1 of A = 10 positions
+    assert M.gamma_rates(per_img).tolist() == [0.1, 0.0]
     assert M.deception_heatmap(per_img, (2, 5))[1, 1] == 2
 
 
