@@ -89,7 +89,6 @@ def test_unknown_pixels_are_masked_from_every_metric(fixture_files, tmp_path):
 
 def test_persistence_cli_and_forecast_file(fixture_files, tmp_path, monkeypatch):
     paths, samples = fixture_files
-    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "aegisbench.firespread.commands"])
     out = tmp_path / "res"
     assert cli.main(["firespread-ndws", *map(str, paths), "--out", str(out), "--n-boot", "30"]) == 0
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
