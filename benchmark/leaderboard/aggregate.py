@@ -154,15 +154,20 @@ def family_summary(long: pl.DataFrame) -> pl.DataFrame:
         nulls_last=True).drop("_f")
 
 
+def _directed_groups(long: pl.DataFrame, key: str):
+    """Headline rows with a value, grouped by (track, source, ``key``, metric), for the
+    metrics that have a direction: yields (group key, sign, rows)."""
+    df = headline(long).filter(pl.col("value").is_not_null())
+    for keys, part in df.group_by("track", "source", key, "metric", maintain_order=False):
+        sign = direction(keys[3])
+        if sign is not None:
+            yield keys, sign, part
+
+
 def floor_view(long: pl.DataFrame) -> pl.DataFrame:
     """Per model, source and ordered metric: the worst condition (all ties listed in ``at``)."""
     rows = []
-    df = headline(long).filter(pl.col("value").is_not_null())
-    for (track, source, sub, metric), part in df.group_by(
-            "track", "source", "submission", "metric", maintain_order=False):
-        sign = direction(metric)
-        if sign is None:
-            continue
+    for (track, source, sub, metric), sign, part in _directed_groups(long, "submission"):
         part = _sort_conditions(part, [], [])
         worst = part["value"].min() if sign > 0 else part["value"].max()
         at = part.filter(pl.col("value") == worst)
@@ -231,12 +236,7 @@ def rank_view(long: pl.DataFrame) -> pl.DataFrame:
     groups; ``group_size`` > 1 marks a tie. Rows with no value are not ranked.
     """
     rows = []
-    df = headline(long).filter(pl.col("value").is_not_null())
-    for (track, source, config, metric), part in df.group_by(
-            "track", "source", "config", "metric", maintain_order=False):
-        sign = direction(metric)
-        if sign is None:
-            continue
+    for (track, source, config, metric), sign, part in _directed_groups(long, "config"):
         info = {r["submission"]: r for r in part.iter_rows(named=True)}
         groups = tied_groups([(k, r["value"], r["lo"], r["hi"]) for k, r in info.items()], sign)
         better = 0
