@@ -21,6 +21,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 TRACKS = ("sar", "smoke", "firespread")
 SYNTHETIC_KINDS = ("synthetic_sar", "synthetic_smoke")
 FORMAT_KINDS = ("voc", "yolo", "coco", "visdrone")
+DATASET_SECTIONS = ("benchmark_version", "sources", "build", "firespread")  # what decides built bytes
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class Params:
     build: BuildParams = BuildParams()
     sources_dir: str = "data/sources"
     dataset_dir: str = "data/aegisbench"
+    firespread: "FirespreadParams | None" = None  # the fire-spread track's ensembles (None: not built)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -105,9 +107,16 @@ class Params:
         except TypeError as exc:
             raise BadInput(str(exc), where="params.yaml: build") from None
         paths = raw.get("paths") or {}
+        fs = raw.get("firespread")
+        if fs is not None and not isinstance(fs, dict):
+            raise BadInput("must be a mapping", where="params.yaml: firespread")
+        firespread = None
+        if fs is not None and fs.get("enabled", True) is not False:
+            from aegisbench.firespread.params import FirespreadParams
+            firespread = FirespreadParams.from_dict({k: v for k, v in fs.items() if k != "enabled"})
         return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
                    build=build, sources_dir=paths.get("sources", "data/sources"),
-                   dataset_dir=paths.get("dataset", "data/aegisbench"), raw=raw)
+                   dataset_dir=paths.get("dataset", "data/aegisbench"), firespread=firespread, raw=raw)
 
     @classmethod
     def load(cls, path: str | Path = "params.yaml") -> "Params":
@@ -120,7 +129,9 @@ class Params:
         raise BadInput(f"unknown source {name!r}", where="params.yaml: sources")
 
     def digest(self) -> str:
-        """Hash of the parameters that decide built bytes (not paths or worker counts)."""
-        raw = {k: v for k, v in self.raw.items() if k != "paths"}
+        """Hash of the parameters that decide built bytes: the version, the sources, the
+        build section (not its worker count) and the fire-spread section. Sections that
+        only drive later stages (reference detector, submissions) do not enter it."""
+        raw = {k: self.raw.get(k) for k in DATASET_SECTIONS}
         raw["build"] = {k: v for k, v in (raw.get("build") or {}).items() if k != "workers"}
         return json_sha256(raw)

@@ -13,7 +13,6 @@ import json
 import logging
 import shutil
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from importlib.metadata import version as pkg_version
 from pathlib import Path
 
@@ -22,10 +21,13 @@ from tqdm import tqdm
 import aegisbench
 from aegisbench.atomic import atomic_write_text, replace_dir
 from aegisbench.errors import BadInput
+from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256, source_tree_sha256
 from aegisbench.params import Params, SourceParams
 from aegisbench.builders.card import render_card
 from aegisbench.builders.conditions import ConfigSpec, config_specs
+from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
+                                            firespread_metas, firespread_tasks)
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
 from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
 from aegisbench.builders.source_table import SourceRecord, split_counts, write_source_table
@@ -34,12 +36,14 @@ log = logging.getLogger(__name__)
 
 PACKAGE_ROOT = Path(aegisbench.__file__).resolve().parent
 BUILDERS_ROOT = Path(__file__).resolve().parent
+NOT_BYTES = ("commands.py", "preview.py")  # builder modules that never decide built bytes
 
 
 def builder_source_hash() -> str:
-    """Hash of the code that decides the bytes of a build."""
-    files = [*BUILDERS_ROOT.glob("*.py"), *(PACKAGE_ROOT / "corruptions").glob("*.py"),
-             PACKAGE_ROOT / "hashing.py"]
+    """Hash of the code that decides the bytes of a build (not the CLI or the preview)."""
+    files = [*(f for f in BUILDERS_ROOT.glob("*.py") if f.name not in NOT_BYTES),
+             *(PACKAGE_ROOT / "corruptions").glob("*.py"),
+             *(PACKAGE_ROOT / "firespread").glob("*.py"), PACKAGE_ROOT / "hashing.py"]
     return source_tree_sha256([f for f in files if f.exists()], PACKAGE_ROOT.parent)
 
 
@@ -77,8 +81,10 @@ def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> 
     return path
 
 
-def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list[ShardTask]:
-    tasks = []
+def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list:
+    """Every shard of the build: image shards (source x config x index), then the
+    fire-spread ensemble blocks when ``params.yaml`` has a ``firespread:`` section."""
+    tasks: list = []
     rps = params.build.rows_per_shard
     for src in params.sources:
         table = sources_dir / f"{src.name}.parquet"
@@ -95,26 +101,35 @@ def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> li
                 for i in range(n_shards):
                     tasks.append(ShardTask(spec.name, split, src.name, role, str(table),
                                            i * rps, min(n, (i + 1) * rps), i, n_shards))
+    if params.firespread is not None:
+        tasks += firespread_tasks(params.firespread, params.benchmark_version)
     return tasks
 
 
 def staging_dir(out: Path, params: Params, tasks: list[ShardTask], src_hash: str) -> Path:
     """Hidden sibling of ``out`` keyed by everything that decides the bytes, so a rerun
     of the same build resumes there and a different build never reuses its shards."""
-    tables = sorted({t.source_table for t in tasks})
-    key = json_sha256({"params": params.raw, "code": src_hash,
+    tables = sorted({t.source_table for t in tasks if isinstance(t, ShardTask)})
+    key = json_sha256({"params": params.digest(), "code": src_hash,
                        "tables": {Path(t).name: file_sha256(t) for t in tables}})
     return out.parent / f".{out.name}.staging-{key[:16]}"
 
 
 def _run_task(args) -> ShardEntry:
     task, root, transform = args
-    return finished_entry(task, root) or write_shard(task, root, transform)
+    done = finished_entry(task, root)
+    if done is not None:
+        return done
+    if isinstance(task, FirespreadTask):
+        return task.run(root)
+    return write_shard(task, root, transform)
 
 
 def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,
-               workers: int | None = None, progress: bool = True) -> dict:
-    """Build the dataset repo and return its manifest."""
+               workers: int | None = None, progress: bool = True, executor: Executor | None = None) -> dict:
+    """Build the dataset repo and return its manifest. Shards run on ``executor``
+    (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
+    depend on which executor or how many workers ran them."""
     out = Path(out or params.dataset_dir)
     sources_dir = Path(sources_dir or params.sources_dir)
     specs = config_specs(params)
@@ -129,26 +144,25 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         leftover.unlink()
     by_name = {s.name: s for s in specs}
     transforms = {s.name: s.transform(params) for s in specs}
-    jobs = [(t, staging, transforms[t.config]) for t in tasks]
-    workers = workers or params.build.workers
+    jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
+    executor = executor or Executor("local", workers or params.build.workers)
     bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            entries = []
-            for e in pool.map(_run_task, jobs):
-                entries.append(e)
-                bar.update()
-    else:
-        entries = []
-        for job in jobs:
-            entries.append(_run_task(job))
-            bar.update()
+    entries = []
+    for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
+        entries.append(e)
+        bar.update()
     bar.close()
-    manifest = assemble_manifest(params, tasks, entries, src_hash, {s.name: s.meta for s in specs})
-    shutil.rmtree(staging / ".shards", ignore_errors=True)
+    metas = {s.name: s.meta for s in specs}
+    descriptions = {s.name: s.description for s in by_name.values()}
     sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
                 "citation": s.citation, "description": s.description} for s in params.sources]
-    card = render_card(manifest, {s.name: s.description for s in by_name.values()}, sources)
+    if params.firespread is not None:
+        metas.update(firespread_metas(params.firespread))
+        descriptions.update(config_descriptions(params.firespread))
+        sources.append(FIRESPREAD_SOURCE)
+    manifest = assemble_manifest(params, tasks, entries, src_hash, metas)
+    shutil.rmtree(staging / ".shards", ignore_errors=True)
+    card = render_card(manifest, descriptions, sources)
     atomic_write_text(staging / "README.md", card)
     manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
                                       "bytes": (staging / "README.md").stat().st_size}
@@ -162,7 +176,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     return manifest
 
 
-def assemble_manifest(params: Params, tasks: list[ShardTask], entries: list[ShardEntry],
+def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
                       src_hash: str, metas: dict[str, dict]) -> dict:
     configs: dict = {}
     files: dict = {}
@@ -181,7 +195,9 @@ def assemble_manifest(params: Params, tasks: list[ShardTask], entries: list[Shar
         "builder_source_hash": src_hash,
         "params_sha256": params.digest(),
         "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
-        "sources": {s.name: {"track": s.track, "kind": s.kind} for s in params.sources},
+        "sources": {**{s.name: {"track": s.track, "kind": s.kind} for s in params.sources},
+                    **({FIRESPREAD_SOURCE["name"]: {"track": "firespread", "kind": FIRESPREAD_SOURCE["kind"]}}
+                       if params.firespread is not None else {})},
         "configs": configs,
         "files": files,
     }

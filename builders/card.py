@@ -17,20 +17,26 @@ CITATION = """@software{aegisbench,
 }"""
 
 
+def features_of(config: str):
+    """The declared features of one config (image rows, or fire-spread rows by kind)."""
+    from aegisbench.builders.firespread import FIRESPREAD_FEATURES, config_kind, is_firespread_config
+    return FIRESPREAD_FEATURES[config_kind(config)] if is_firespread_config(config) else FEATURES
+
+
 def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict]) -> str:
     configs = manifest["configs"]
     licenses = sorted({s["license"] for s in sources}) or ["unknown"]
     front: dict = {
         "pretty_name": "AegisBench",
         "license": licenses[0] if len(licenses) == 1 else "other",
-        "task_categories": ["object-detection"],
+        "task_categories": ["object-detection"] + (["time-series-forecasting"] if any(
+            s["track"] == "firespread" for s in sources) else []),
         "tags": ["robustness", "disaster-response", "search-and-rescue", "wildfire", "benchmark"],
         "configs": [],
         "dataset_info": [],
     }
     if len(licenses) > 1:
         front["license_name"] = "mixed: " + ", ".join(licenses)
-    feats = FEATURES._to_yaml_list()
     for name in sorted(configs, key=lambda c: (c != "clean", c)):
         splits = configs[name]["splits"]
         entry = {"config_name": name,
@@ -39,7 +45,7 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
             entry["default"] = True
         front["configs"].append(entry)
         front["dataset_info"].append({
-            "config_name": name, "features": feats,
+            "config_name": name, "features": features_of(name)._to_yaml_list(),
             "splits": [{"name": s, "num_examples": splits[s]["rows"],
                         "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
                        for s in sorted(splits)],

@@ -48,9 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-id", help="frame for --grid (default: the first of the split)")
     p.set_defaults(func=cmd_preview)
 
-    p = sub.add_parser("run", help="the main job on params.yaml: sources, build, preview")
-    _common(p)
-    p.add_argument("--workers", type=int)
+    p = sub.add_parser("run", help="the whole pipeline under dvc repro (sources -> build -> reference "
+                       "detector -> detect -> evaluate -> leaderboard); prints where the page is")
+    p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    p.add_argument("--fast", action="store_true",
+                   help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
+    p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast (default runs/fast)")
     p.set_defaults(func=cmd_run)
 
 
@@ -143,12 +146,21 @@ def cmd_preview(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from aegisbench.builders.build import build_repo, materialize_source
-    params = Params.load(args.params)
-    for src in params.sources:
-        materialize_source(src, params.benchmark_version, params.sources_dir)
-    manifest = build_repo(params, workers=args.workers)
-    args.out, args.split, args.grid, args.image_id = "data/preview", "test", True, None
-    cmd_preview(args)
-    print(f"dataset repo: {params.dataset_dir} (digest {manifest['dataset_digest']})")
+    from aegisbench.pipeline import PAGE, check_runnable, dvc_repro, fast_params, prepare_project
+    from aegisbench.readers import read_yaml
+    checkout = Path.cwd()
+    check_runnable(checkout)
+    params = Params.load(args.params)  # validates before anything runs
+    if args.fast:
+        project = prepare_project(checkout, args.fast_dir, fast_params(read_yaml(args.params, "params file")))
+    else:
+        if Path(args.params).resolve() != (checkout / "params.yaml").resolve():
+            raise BadInput("dvc repro reads ./params.yaml; edit it (or use --fast)", where="--params")
+        project = checkout
+    rc = dvc_repro(project)
+    if rc != 0:
+        print(f"dvc repro failed (exit {rc}); the published leaderboard was left as it was", file=sys.stderr)
+        return rc
+    print(f"dataset repo: {project / params.dataset_dir}")
+    print(f"leaderboard page: {project / PAGE}")
     return 0

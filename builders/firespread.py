@@ -44,6 +44,9 @@ from aegisbench.builders.hfrepo import ShardEntry, features_schema, write_rows_s
 log = logging.getLogger(__name__)
 
 SOURCE = "firespread"
+FIRESPREAD_SOURCE = {"name": SOURCE, "track": "firespread", "kind": "firespread_ca", "license": "mit",
+                     "citation": "", "description": "Embedded heat-accumulation cellular automaton of seed 003 "
+                     "(stochastic fire spread, Monte Carlo ensembles per initial condition and S-level)."}
 STATISTIC_CONFIG = "firespread_statistic"
 SPLITS = {"test": "firespread", "train": "firespread_train"}
 
@@ -236,86 +239,26 @@ def config_descriptions(fs_params: FirespreadParams | dict | None) -> dict[str, 
     return out
 
 
-def card_entries(configs: dict) -> tuple[list[dict], list[dict]]:
-    """``configs:`` and ``dataset_info:`` card entries of the fire-spread configs in a manifest's
-    ``configs`` mapping (features per config kind)."""
-    cfg_list, info_list = [], []
-    for name in sorted((c for c in configs if is_firespread_config(c)),
-                       key=lambda c: (c == STATISTIC_CONFIG, len(c), c)):
-        splits = configs[name]["splits"]
-        cfg_list.append({"config_name": name, "data_files": [{"split": s, "path": f"{name}/{s}-*.parquet"}
-                                                             for s in sorted(splits)]})
-        info_list.append({"config_name": name, "features": FIRESPREAD_FEATURES[config_kind(name)]._to_yaml_list(),
-                          "splits": [{"name": s, "num_examples": splits[s]["rows"],
-                                      "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
-                                     for s in sorted(splits)]})
-    return cfg_list, info_list
+def firespread_metas(fs_params: FirespreadParams | dict | None) -> dict[str, dict]:
+    """Manifest ``meta`` of every fire-spread config (kind, S-level), so nothing downstream
+    parses config names."""
+    p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
+    base = {"corruption": None, "family": "firespread", "components": [], "warp_level": None}
+    out = {level_config(s): {**base, "kind": "firespread_ensemble", "severity": int(s), "s_level": int(s),
+                             "p_ignite": p.p_ignite(s)} for s in p.s_levels}
+    out[STATISTIC_CONFIG] = {**base, "kind": "firespread_statistic", "severity": 0, "s_level": None,
+                             "p_ignite": None}
+    return out
 
 
 def build_firespread_repo(fs_params: FirespreadParams | dict | None, version: str, out: str | Path,
                           workers: int = 1) -> dict:
-    """A dataset repo holding only the fire-spread configs (same manifest, checksums, card
-    layout and ``verify`` as ``build_repo``); returns the manifest. Used by tests and for
-    building the track on its own."""
-    import shutil
-    from concurrent.futures import ProcessPoolExecutor
-    from importlib.metadata import version as pkg_version
-
-    import yaml
-
-    import aegisbench
-    from aegisbench.atomic import replace_dir
-    from aegisbench.hashing import file_sha256, json_sha256
-    from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
+    """A dataset repo holding only the fire-spread configs: ``build_repo`` with no image
+    sources (same shards, manifest, card and ``verify``); returns the manifest."""
+    from aegisbench.builders.build import build_repo
+    from aegisbench.params import Params
 
     p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
-    out = Path(out)
-    staging = out.parent / f".{out.name}.staging-firespread"
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    tasks = firespread_tasks(p, version)
-    if workers > 1:
-        with ProcessPoolExecutor(workers) as pool:
-            entries = list(pool.map(_run, [(t, staging) for t in tasks]))
-    else:
-        entries = [t.run(staging) for t in tasks]
-    shutil.rmtree(staging / ".shards", ignore_errors=True)
-    configs: dict = {}
-    files: dict = {}
-    for task, e in zip(tasks, entries):
-        split = configs.setdefault(task.config, {"splits": {}})["splits"].setdefault(
-            task.split, {"rows": 0, "source": SOURCE, "role": task.source_split, "shards": []})
-        split["rows"] += e.rows
-        split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
-                                "content_sha256": e.content_sha256, "images": e.images})
-        files[e.path] = {"sha256": e.sha256, "bytes": e.bytes}
-    manifest = {
-        "format": MANIFEST_FORMAT, "benchmark_version": version,
-        "dataset_digest": dataset_digest(version, configs), "package_version": aegisbench.__version__,
-        "builder_source_hash": "", "params_sha256": json_sha256({"firespread": p.to_dict()}),
-        "libraries": {m: pkg_version(m) for m in ("numpy", "pyarrow")},
-        "sources": {SOURCE: {"track": "firespread", "kind": "firespread_ca"}},
-        "configs": configs, "files": files,
-    }
-    cfg_list, info_list = card_entries(configs)
-    front = {"pretty_name": "AegisBench fire spread", "license": "mit", "configs": cfg_list,
-             "dataset_info": info_list}
-    desc = config_descriptions(p)
-    lines = ["---", yaml.safe_dump(front, sort_keys=False, width=100).rstrip(), "---", "",
-             "# AegisBench fire-spread ensembles", "", f"- dataset digest: `{manifest['dataset_digest']}`", "",
-             "| config | description |", "| --- | --- |"]
-    lines += [f"| `{c}` | {desc.get(c, '')} |" for c in [x["config_name"] for x in cfg_list]]
-    atomic_write_text(staging / "README.md", "\n".join(lines) + "\n")
-    manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
-                                      "bytes": (staging / "README.md").stat().st_size}
-    atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    report = verify_repo(staging)
-    if not report.ok:  # pragma: no cover - a writer bug
-        raise RuntimeError("fresh fire-spread repo fails verify: " + "; ".join(report.lines()))
-    replace_dir(staging, out)
-    return manifest
-
-
-def _run(args) -> ShardEntry:
-    task, root = args
-    return task.run(root)
+    params = Params.from_dict({"benchmark_version": version, "sources": {}, "firespread": p.to_dict(),
+                               "paths": {"dataset": str(out)}})
+    return build_repo(params, out=out, workers=workers, progress=False)

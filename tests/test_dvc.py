@@ -1,7 +1,12 @@
-"""`dvc repro` in a temporary git repository: builds from params.yaml, then does nothing."""
+"""`dvc repro` in a temporary git repository, end to end on a tiny version of the default:
+sources -> build (image configs + fire-spread ensembles) -> reference detector training ->
+detect -> reference forecasters -> evaluate (one stage per submission) -> leaderboard; then a
+second run does nothing, a parameter change reruns exactly its dependents, and an invalid
+submission stops the pipeline with the validator's message, leaving the leaderboard as it was."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -12,16 +17,10 @@ import pytest
 import yaml
 
 from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.cli import main
+from aegisbench.pipeline import fast_params, prepare_project
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = {
-    "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
-                      "small_size": [320, 320], "large_size": [640, 480]},
-    "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3,
-                        "size": [320, 240]},
-}
-TINY_BUILD = {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"],
-              "warp_noise_levels": [0.1]}
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -34,50 +33,81 @@ def _run(args, cwd, env):
 
 @pytest.fixture
 def project(tmp_path):
-    repo = tmp_path / "project"
-    repo.mkdir()
-    for folder in ("benchmark", "builders"):
-        shutil.copytree(ROOT / folder, repo / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "dvc.yaml", repo / "dvc.yaml")
-    params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for name, opts in TINY.items():
-        params["sources"][name]["options"] = opts
-    params["build"].update(TINY_BUILD)
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (repo / ".gitignore").write_text("/data/\n__pycache__/\n")
+    """The checkout's dvc.yaml and code on the fast variant of its params.yaml (the same
+    scratch project `aegisbench run --fast` uses), committed to a fresh git repository."""
+    params = fast_params(yaml.safe_load((ROOT / "params.yaml").read_text()))
+    repo = prepare_project(ROOT, tmp_path / "project", params)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
-    dvc = [sys.executable, "-m", "dvc"]
-    _run(["git", "init", "-q"], repo, env)
-    _run([*dvc, "init", "-q"], repo, env)
-    _run([*dvc, "config", "core.analytics", "false"], repo, env)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "init"], repo, env)
-    return repo, env, dvc
+    return repo, env, [sys.executable, "-m", "dvc"]
 
 
-def test_dvc_repro_builds_then_is_a_no_op(project):
+def _fail(args, cwd, env):
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode != 0, f"{args} should have failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout + proc.stderr
+
+
+def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     repo, env, dvc = project
     out = _run([*dvc, "repro"], repo, env)
-    assert "Running stage 'sources'" in out and "Running stage 'build'" in out
+    for stage in ("sources", "build", "calibrate", "preview", "train_reference@sar", "train_reference@smoke",
+                  "detect_reference_sar", "detect_reference_smoke", "firespread_baselines",
+                  "evaluate@reference_sar", "evaluate@firespread_convlstm", "leaderboard"):
+        assert f"Running stage '{stage}'" in out, stage
     assert verify_repo(repo / "data/aegisbench").ok
     manifest = load_manifest(repo / "data/aegisbench")
     assert set(manifest["configs"]["clean"]["splits"]) == {
         "synthetic_sar", "synthetic_sar_val", "synthetic_smoke", "synthetic_smoke_val"}
-    assert sorted(manifest["configs"]) == ["clean", "low_light_s2__inundation_s2", "low_light_s3",
-                                           "rain_streaks_s1", "warp_noise_100"]
-    metrics = _run([*dvc, "metrics", "show"], repo, env)
-    assert "calibration/report.json" in metrics and "low_light" in metrics
+    assert sorted(manifest["configs"]) == ["clean", "firespread_s0", "firespread_s30", "firespread_statistic",
+                                           "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1",
+                                           "warp_noise_100"]
+    assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 20  # 1 test IC x 20
+    assert (repo / "data/models/reference_sar/weights.pt").is_file()
+    assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
+    # the leaderboard: every submission merged, reference rows first, nothing skipped
+    board = (repo / "leaderboard/README.md").read_text()
+    assert "reference_sar" in board and "firespread_oracle" in board
+    assert (repo / "leaderboard/site/index.html").is_file()
+    assert json.loads((repo / "leaderboard/skipped.json").read_text()) == []
+    metrics = _run([*dvc, "metrics", "show", "--json"], repo, env)
+    assert "calibration/report.json" in metrics and "metrics/leaderboard.json" in metrics
+    assert "reference_sar" in metrics and "low_light_s3" in metrics
+    plots = _run([*dvc, "plots", "show", "--json"], repo, env)
+    assert "plots/severity" in plots and "reference_sar" in plots
     assert (repo / "dvc.lock").exists() and (repo / "data/preview/synthetic_sar.png").exists()
     again = _run([*dvc, "repro"], repo, env)
     assert "Running stage" not in again
     assert "up to date" in again.lower()
+
     # a parameter change reruns exactly the stages that depend on it
     params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["sources"]["synthetic_sar"]["options"]["n_test"] = 4
+    params["evaluation"]["n_resamples"] = 60
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     third = _run([*dvc, "repro"], repo, env)
-    assert "Running stage 'sources'" in third and "Running stage 'build'" in third
-    assert load_manifest(repo / "data/aegisbench")["configs"]["clean"]["splits"]["synthetic_sar"]["rows"] == 4
+    ran = sorted(line.split("'")[1] for line in third.splitlines() if line.startswith("Running stage"))
+    assert ran == sorted([f"evaluate@{s}" for s in params["submissions"]] + ["leaderboard"]), ran
+
+    # an invalid submission stops the pipeline with the validator's message; the published
+    # leaderboard is left exactly as it was
+    before = {p.relative_to(repo): p.read_bytes() for p in (repo / "leaderboard").rglob("*") if p.is_file()}
+    bad = repo / "submissions/broken_team"
+    shutil.copytree(repo / "submissions/reference_sar", bad)
+    (bad / "predictions.parquet").write_bytes(b"not parquet")
+    params["submissions"].append("broken_team")
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    failed = _fail([*dvc, "repro"], repo, env)
+    assert "predictions.parquet" in failed and "evaluate@broken_team" in failed
+    after = {p.relative_to(repo): p.read_bytes() for p in (repo / "leaderboard").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_run_outside_a_checkout_exits_2_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run"]) == 2
+    assert "dvc.yaml" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

@@ -155,3 +155,51 @@ def test_digest_mismatch_and_missing_folder_exit_2(repo, tmp_path, capsys):
     assert "field dataset_digest" in capsys.readouterr().err
     assert cli.main(["firespread-validate", str(tmp_path / "nope"), "--dataset", str(repo / "repo")]) == 2
     assert cli.main(["firespread-baselines", "--dataset", str(repo / "repo"), "--only", "magic"]) == 2
+
+
+def _mixed_params(tmp_path, firespread) -> str:
+    raw = {"benchmark_version": V,
+           "paths": {"sources": str(tmp_path / "sources"), "dataset": str(tmp_path / "mixed")},
+           "build": {"conditions": ["low_light_s2"]},
+           "sources": {"synthetic_sar": {"track": "sar", "kind": "synthetic_sar", "license": "mit",
+                                         "options": {"n_train": 1, "n_val": 1, "n_test": 2, "images_per_flight": 1,
+                                                     "small_size": [160, 160], "large_size": [320, 240]}}},
+           "firespread": firespread}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return str(path)
+
+
+def test_default_build_holds_image_and_firespread_configs(tmp_path, capsys):
+    """`aegisbench sources` + `aegisbench build` put the ensembles into the same repo as the
+    image configs: one manifest and digest, per-config features in the card, load_dataset."""
+    params = _mixed_params(tmp_path, PARAMS)
+    assert cli.main(["sources", "--params", params]) == 0
+    assert cli.main(["build", "--params", params, "--skip-sources"]) == 0
+    repo = tmp_path / "mixed"
+    assert verify_repo(repo).ok
+    manifest = load_manifest(repo)
+    assert sorted(manifest["configs"]) == ["clean", "firespread_s0", "firespread_s30", "firespread_statistic",
+                                           "low_light_s2"]
+    assert manifest["sources"]["firespread"]["track"] == "firespread"
+    assert manifest["configs"]["firespread_s30"]["meta"]["s_level"] == 30
+    assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 2 * 24
+    card = yaml.safe_load((repo / "README.md").read_text().split("---")[1])
+    feats = {i["config_name"]: {f["name"] for f in i["features"]} for i in card["dataset_info"]}
+    assert "ignition_time" in feats["firespread_s0"] and "image" not in feats["firespread_s0"]
+    assert "burn_counts" in feats["firespread_statistic"] and "image" in feats["clean"]
+    ds = datasets.load_dataset(str(repo), "firespread_s30", split="firespread")
+    assert len(ds) == 48 and np.asarray(ds[0]["ignition_time"]).shape == (16, 16)
+    assert len(datasets.load_dataset(str(repo), "clean", split="synthetic_sar")) == 2
+    # the ensembles equal those of the fire-spread-only builder (same keys, same bytes)
+    alone = build_firespread_repo(PARAMS, V, tmp_path / "alone")
+    for name in ("firespread_s0", "firespread_s30", "firespread_statistic"):
+        assert manifest["configs"][name]["splits"] == alone["configs"][name]["splits"]
+
+
+def test_bad_firespread_section_exits_2_and_writes_nothing(tmp_path, capsys):
+    params = _mixed_params(tmp_path, {**PARAMS, "grid_size": 12})
+    assert cli.main(["sources", "--params", params]) == 2
+    assert cli.main(["build", "--params", params]) == 2
+    assert "params.yaml: firespread" in capsys.readouterr().err
+    assert not (tmp_path / "mixed").exists()
