@@ -18,6 +18,7 @@ def value_noise(rng: np.random.Generator, height: int, width: int, cells, weight
     """Multi-octave value noise (float32, zero mean, unit std): random grids with cell
     sizes ``cells`` (pixels) upscaled by cubic interpolation and summed with ``weights``.
 
+    >>> from aegisbench.hashing import rng_for
     >>> value_noise(rng_for("doc"), 5, 7, (4, 2), (0.5, 0.5)).shape
     (5, 7)
     """
