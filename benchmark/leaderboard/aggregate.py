@@ -15,7 +15,7 @@ tied group). There is no overall score.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import polars as pl
@@ -36,6 +36,7 @@ LONG_COLUMNS = {
     "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64, "stratum": pl.String, "t": pl.Int64,
     "frozen_threshold": pl.Float64,
     "dataset_version": pl.String, "dataset_digest": pl.String, "evaluator_version": pl.String,
+    "reference": pl.Boolean,  # the submission was named with ``--reference`` (the default row)
 }
 _CORRUPTION_RANK = {c: i for i, c in enumerate(FAMILY_OF)}
 _FAMILY_RANK = {f: i for i, f in enumerate(FAMILIES)}
@@ -68,8 +69,11 @@ def _threshold(prov: dict, source: str) -> float | None:
     return None if thr is None else float(thr)
 
 
-def long_table(entries: Sequence[ResultEntry]) -> pl.DataFrame:
-    """All metric rows with their provenance, one row per (submission, source, config, metric)."""
+def long_table(entries: Sequence[ResultEntry], references: Collection[str] = ()) -> pl.DataFrame:
+    """All metric rows with their provenance, one row per (submission, source, config, metric).
+
+    ``reference`` is true on the rows of the submissions named in ``references``.
+    """
     frames = []
     for entry in entries:
         prov = entry.provenance
@@ -81,6 +85,7 @@ def long_table(entries: Sequence[ResultEntry]) -> pl.DataFrame:
             pl.lit(prov["dataset_version"]).alias("dataset_version"),
             pl.lit(prov["dataset_digest"]).alias("dataset_digest"),
             pl.lit(prov["evaluator_version"]).alias("evaluator_version"),
+            pl.lit(entry.folder in set(references)).alias("reference"),
         ))
     if not frames:
         return pl.DataFrame(schema=LONG_COLUMNS)
@@ -271,12 +276,20 @@ class Board:
     skipped: tuple[Skipped, ...]
     expect: Expectation
     attachments: dict  # submission -> {file name: bytes} (e.g. the evaluator's calibration.png)
+    references: tuple[str, ...] = ()  # merged submissions marked as reference (listed first, the default row)
 
 
-def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expect: Expectation) -> Board:
-    """Assemble the long table and all derived views (pure)."""
-    long = long_table(entries)
-    return Board(long=long, families=family_summary(long), floors=floor_view(long),
+def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expect: Expectation,
+                references: Collection[str] = ()) -> Board:
+    """Assemble the long table and all derived views (pure).
+
+    ``references``: submission ids to mark as reference; ids not among ``entries`` are ignored
+    here (the caller reports them).
+    """
+    merged = {e.folder for e in entries}
+    refs = tuple(sorted(set(references) & merged))
+    long = long_table(entries, refs)
+    return Board(references=refs, long=long, families=family_summary(long), floors=floor_view(long),
                  drops=relative_drop(long), ranks=rank_view(long),
                  provenance={e.folder: dict(e.provenance) for e in sorted(entries, key=lambda e: e.folder)},
                  skipped=tuple(sorted(skipped, key=lambda s: s.folder)), expect=expect,

@@ -6,7 +6,9 @@ timestamps and are written in sorted order: the same results give the same bytes
 
 Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
 (family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md`` and
-``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``).
+``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``). Optionally, outside ``out``:
+the metrics JSON for ``dvc metrics show`` and the severity-curve CSVs for ``dvc plots show``
+(see ``exports``). Submissions named as references are listed first and marked everywhere.
 
 >>> import polars as pl
 >>> parquet_bytes(pl.DataFrame({"a": [1.5]})) == parquet_bytes(pl.DataFrame({"a": [1.5]}))
@@ -26,7 +28,9 @@ from pathlib import Path
 import polars as pl
 
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text, replace_dir
+from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
+from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
 from aegisbench.leaderboard.markdown import render_markdown
 from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
                                             current_evaluator_version)
@@ -41,6 +45,10 @@ class BuildReport:
     merged: tuple[str, ...]
     skipped: tuple[Skipped, ...]
     files: tuple[str, ...]
+    references: tuple[str, ...] = ()  # reference submissions found among the merged results
+    missing_references: tuple[str, ...] = ()  # --reference ids not among the merged results
+    metrics: Path | None = None
+    plots: tuple[str, ...] = ()  # CSV names written under the plots folder
 
 
 def parquet_bytes(df: pl.DataFrame) -> bytes:
@@ -67,13 +75,34 @@ def write_board(board: Board, out: Path) -> list[Path]:
     return files
 
 
+def _references(references) -> tuple[str, ...]:
+    refs = []
+    for ref in references or ():
+        if not isinstance(ref, str) or not ref.strip() or ref != ref.strip() or "/" in ref:
+            raise BadInput(f"--reference must be a submission id (a results folder name), got {ref!r}")
+        if ref not in refs:
+            refs.append(ref)
+    return tuple(refs)
+
+
 def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
-                      evaluator_version: str | None = None) -> BuildReport:
-    """Merge every current, well-formed results folder and publish ``out`` atomically."""
+                      evaluator_version: str | None = None, references=(),
+                      metrics: str | Path | None = None, plots: str | Path | None = None) -> BuildReport:
+    """Merge every current, well-formed results folder and publish ``out`` atomically.
+
+    ``references``: submission ids of the reference detector(s), listed first and marked;
+    ids not among the merged results are logged and reported (not an error).
+    ``metrics`` / ``plots``: also write the DVC metrics JSON / severity-curve folder.
+    """
+    refs = _references(references)
+    check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect)
-    board = build_board(entries, skipped, expect)
+    board = build_board(entries, skipped, expect, references=refs)
+    missing = tuple(r for r in refs if r not in board.references)
+    for ref in missing:
+        log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = out.with_name(f".{out.name}.staging-{os.getpid()}")
@@ -87,5 +116,8 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
             shutil.rmtree(staging, ignore_errors=True)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
+    metrics_path = write_metrics(board, metrics) if metrics is not None else None
+    curves = tuple(p.name for p in write_plots(board, plots)) if plots is not None else ()
     return BuildReport(out=out, merged=tuple(sorted(e.folder for e in entries)),
-                       skipped=board.skipped, files=rel)
+                       skipped=board.skipped, files=rel, references=board.references,
+                       missing_references=missing, metrics=metrics_path, plots=curves)

@@ -15,8 +15,9 @@ import html
 import re
 
 from aegisbench.leaderboard.aggregate import Board
-from aegisbench.leaderboard.tables import (Section, family_cells, floor_rows, fmt_interval, fmt_value,
-                                           is_collapse, label, primary_metric, rank_groups, sections)
+from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
+                                           floor_rows, fmt_interval, fmt_value, is_collapse, label,
+                                           primary_metric, rank_groups, sections)
 
 COLLAPSE = "⛔"
 SILENT = "⚠"
@@ -49,6 +50,13 @@ def _table(header: list[str], rows: list[list[str]], align: list[str] | None = N
     return [_row(header), _row(align), *(_row(r) for r in rows)]
 
 
+def _name(m: ModelRow | dict, references: tuple[str, ...] = ()) -> str:
+    """The escaped model name, with the reference mark on reference submissions."""
+    if isinstance(m, dict):  # a rank-view row
+        return md_escape(m["model"]) + (f" {REFERENCE_MARK}" if m["submission"] in references else "")
+    return md_escape(m.model) + (f" {REFERENCE_MARK}" if m.reference else "")
+
+
 def _thr(value: float | None) -> str:
     return "none" if value is None else f"{value:.3f}"
 
@@ -78,14 +86,16 @@ def _section(board: Board, section: Section) -> list[str]:
         clean = _cell_text(section, m.submission, "clean", main) if main else "—"
         floor = (f"{fmt_value(main, fl['floor'])} {fmt_interval(main, fl['lo'], fl['hi'])} at "
                  + ", ".join(md_code(a) for a in fl["at"])) if fl else "—"
-        rows.append([md_escape(m.model), md_escape(m.team), md_code(m.submission),
+        rows.append([_name(m), md_escape(m.team), md_code(m.submission),
                      _thr(m.threshold), clean, floor])
-    out += [f"Models (alphabetical; there is no overall rank). Clean and floor are {label(main, section.track)}.", ""]
+    order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
+             else "alphabetical")
+    out += [f"Models ({order}; there is no overall rank). Clean and floor are {label(main, section.track)}.", ""]
     out += _table(["model", "team", "submission", "frozen threshold", f"clean {label(main, section.track)}",
                    f"floor: worst {label(main, section.track)} (where)"], rows)
     out.append("")
     heads = ["condition", "family", "sev."] + [
-        f"{md_escape(m.model)} (τ {_thr(m.threshold)})" for m in section.models]
+        f"{_name(m)} (τ {_thr(m.threshold)})" for m in section.models]
     for metric in [m for m in MARKDOWN_METRICS.get(section.track, DETECTION_MARKDOWN) if m in section.metrics]:
         out += [f"### {label(metric, section.track)} per condition", ""]
         body = [[md_code(c["config"]), md_escape(c["family"] or ""),
@@ -111,7 +121,7 @@ def _families(board: Board, section: Section, metric: str) -> list[str]:
     heads = ["model"] + [f"{fam} s{sev} ({cells_n(cells, fam, sev)})" for fam, sev in fams]
     body = []
     for m in section.models:
-        row = [md_escape(m.model)]
+        row = [_name(m)]
         for fam, sev in fams:
             r = cells.get((m.submission, fam, sev))
             row.append("—" if r is None else f"{fmt_value(metric, r['mean'])} "
@@ -135,7 +145,7 @@ def _ranks(board: Board, section: Section, metric: str) -> list[str]:
     for cond, groups in ranked:
         parts = []
         for g in groups:
-            names = ", ".join(md_escape(r["model"]) for r in g)
+            names = ", ".join(_name(r, board.references) for r in g)
             parts.append(f"{g[0]['rank']}. {{{names}}}" if len(g) > 1 else f"{g[0]['rank']}. {names}")
         body.append([md_code(cond["config"]), " > ".join(parts)])
     return _table(["condition", "order (best first)"], body) + [""]
@@ -153,6 +163,9 @@ def render_markdown(board: Board) -> str:
            "nothing is averaged into a single score. τ is the model's confidence threshold, frozen "
            f"on clean validation data. {COLLAPSE} collapse: value 0 with interval [0, 0]. "
            f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign).", ""]
+    if board.references:
+        out += [f"{REFERENCE_MARK} {REFERENCE_NOTE}: "
+                + ", ".join(md_code(r) for r in board.references) + ".", ""]
     if board.skipped:
         out += ["## Skipped results folders", "", "These were not merged:", ""]
         out += _table(["folder", "problem", "reason"], [

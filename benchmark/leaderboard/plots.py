@@ -17,7 +17,7 @@ import re
 import matplotlib
 from matplotlib.figure import Figure
 
-from aegisbench.leaderboard.tables import UNIT_METRICS, Section, is_collapse, label
+from aegisbench.leaderboard.tables import REFERENCE_MARK, UNIT_METRICS, Section, is_collapse, label
 
 RC = {"svg.hashsalt": "aegisbench-leaderboard", "svg.fonttype": "none", "font.family": "DejaVu Sans",
       "font.size": 9, "axes.spines.top": False, "axes.spines.right": False}
@@ -86,7 +86,8 @@ def severity_curves_svg(section: Section, metric: str) -> bytes | None:
                 if cx:
                     ax.plot(cx, [0.0] * len(cx), linestyle="none", marker="X", markersize=8,
                             color=m.colour, markeredgecolor="black", markeredgewidth=0.6)
-                handles.setdefault(m.submission, (line, mpl_text(m.model)))
+                name = f"{m.model} {REFERENCE_MARK} reference" if m.reference else m.model
+                handles.setdefault(m.submission, (line, mpl_text(name)))
             ax.set_title(mpl_text(f"{key}" + (f" · {family}" if family else "")), fontsize=9.5)
             ticks = {c["severity"]: tick_label(c) for c in conds}
             ax.set_xticks(sorted(ticks), [ticks[s] for s in sorted(ticks)])

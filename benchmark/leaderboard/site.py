@@ -23,9 +23,9 @@ import aegisbench
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
 from aegisbench.leaderboard.plots import series_key, severity_curves_svg
-from aegisbench.leaderboard.tables import (COUNT_METRICS, Section, colour_stops, family_cells, floor_rows,
-                                           fmt_interval, fmt_value, heat_colour, is_collapse, label,
-                                           rank_groups, sections, slug)
+from aegisbench.leaderboard.tables import (COUNT_METRICS, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
+                                           family_cells, floor_rows, fmt_interval, fmt_value, heat_colour,
+                                           is_collapse, label, rank_groups, sections, slug)
 
 log = logging.getLogger(__name__)
 TEMPLATES = Path(aegisbench.__file__).parent / "templates"
@@ -221,7 +221,8 @@ def _model_view(board: Board, secs: list[Section], sub: str) -> dict:
                                                 for k, v in floors.items() if v]})
     provenance = [{"key": k, "value": v if isinstance(v, str) else json.dumps(v, sort_keys=True, indent=1)}
                   for k, v in sorted(prov.items())]
-    return {"sub": sub, "prov": prov, "provenance": provenance, "parts": parts, "strata": _strata(board, sub)}
+    return {"sub": sub, "prov": prov, "provenance": provenance, "parts": parts, "strata": _strata(board, sub),
+            "reference": sub in board.references}
 
 
 def _strata(board: Board, sub: str) -> list[dict]:
@@ -252,7 +253,8 @@ def render_site(board: Board, out: str | Path) -> list[Path]:
     views = [section_view(board, s, plots) for s in secs]
     metrics_css = [(v["anchor"], g["index"], p["slug"], i == 0)
                    for v in views for g in v["groups"] for i, p in enumerate(g["panels"])]
-    common = {"board": board, "expect": board.expect, "version": aegisbench.__version__}
+    common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
+              "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK}
     html = env.get_template("leaderboard_index.html.j2").render(
         sections=views, skipped=board.skipped, n_results=len(board.provenance), metrics_css=metrics_css,
         root="", **common)

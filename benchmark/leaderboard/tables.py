@@ -1,8 +1,9 @@
 """Presentation-neutral tables shared by the Markdown and the HTML renderers.
 
-A ``Section`` is one track and source: its models (alphabetical — there is no overall
-rank), its ordered conditions and a cell lookup. Number formatting, colour scales and
-the collapse / silent-failure markers live here so both renderers agree.
+A ``Section`` is one track and source: its models (reference submissions first, then
+alphabetical — there is no overall rank), its ordered conditions and a cell lookup.
+Number formatting, colour scales and the collapse / silent-failure markers live here so
+both renderers agree.
 
 >>> fmt_value("recall", 0.7451), fmt_value("fp", 655.0), fmt_interval("recall", 0.0, 0.0)
 ('0.745', '655', '[0.000, 0.000]')
@@ -46,6 +47,9 @@ LABELS = {
 CMAP = colormaps["RdYlBu"]
 COLLAPSE_BG = "#141414"
 MODEL_COLOURS = [colors.to_hex(c) for c in colormaps["tab10"].colors]
+REFERENCE_MARK = "†"
+REFERENCE_NOTE = ("reference submission: the reference detector, trained inside this pipeline from its "
+                  "YAML config (dvc.yaml); it is the default row, listed first in every table")
 
 
 def label(metric: str, track: str | None = None) -> str:
@@ -93,6 +97,7 @@ class ModelRow:
     threshold: float | None
     colour: str
     page: str
+    reference: bool = False  # named with --reference: listed first, marked in every table
 
 
 @dataclass(frozen=True)
@@ -177,12 +182,13 @@ def sections(board: Board) -> list[Section]:
                                 key=lambda ts: (track_rank.get(ts[0], len(TRACKS)), ts)):
         part = headline(long).filter((pl.col("track") == track) & (pl.col("source") == source))
         models = []
+        refs = set(board.references)
         for sub in sorted(set(part["submission"].to_list()),
-                          key=lambda s: (board.provenance[s]["model"].casefold(), s)):
+                          key=lambda s: (s not in refs, board.provenance[s]["model"].casefold(), s)):
             p = board.provenance[sub]
             thr = part.filter(pl.col("submission") == sub)["frozen_threshold"][0]
             models.append(ModelRow(sub, p["model"], p["team"], p["name"], thr, colour[sub],
-                                   f"models/{slug(sub)}.html"))
+                                   f"models/{slug(sub)}.html", sub in refs))
         cells = {(r["submission"], r["config"], r["metric"]): {k: r[k] for k in ("value", "lo", "hi", "n")}
                  for r in part.iter_rows(named=True)}
         metrics = set(part["metric"].to_list())
@@ -229,3 +235,11 @@ def rank_groups(board: Board, section: Section, metric: str) -> list[tuple[dict,
 def primary_metric(section: Section) -> str | None:
     groups = section.heat_groups()
     return groups[0][1][0] if groups else (section.metrics[0] if section.metrics else None)
+
+
+def primary_metrics(section: Section) -> list[str]:
+    """The headline metric of each heat-map group: recall (detection), or F2R and F2S (fire spread)."""
+    groups = section.heat_groups()
+    if groups:
+        return [ms[0] for _, ms in groups]
+    return [section.metrics[0]] if section.metrics else []
