@@ -130,8 +130,8 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     """Build the dataset repo and return its manifest. Shards run on ``executor``
     (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
     depend on which executor or how many workers ran them."""
-    out = Path(out or params.dataset_dir)
-    sources_dir = Path(sources_dir or params.sources_dir)
+    out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
+    sources_dir = Path(sources_dir or params.sources_dir).absolute()
     specs = config_specs(params)
     tasks = plan_tasks(params, sources_dir, specs)
     src_hash = builder_source_hash()

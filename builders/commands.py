@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("build", help="build the checksummed HF dataset repo")
     _common(p)
     p.add_argument("--out", help="output repo folder (default: paths.dataset in params)")
-    p.add_argument("--workers", type=int, help="parallel worker processes")
+    executor_args(p)
     p.add_argument("--source-dir", help="build from this local dataset folder instead of params sources")
     p.add_argument("--format", choices=["voc", "yolo", "coco", "visdrone"], help="format of --source-dir")
     p.add_argument("--name", help="source name for --source-dir (e.g. heridal)")
@@ -54,11 +54,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fast", action="store_true",
                    help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
     p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast (default runs/fast)")
+    executor_args(p)
     p.set_defaults(func=cmd_run)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+
+
+def executor_args(p: argparse.ArgumentParser) -> None:
+    """``--executor``, ``--workers``, ``--ray-address`` (defaults: the AEGISBENCH_* variables)."""
+    p.add_argument("--executor", help="local (default: processes on this machine) or ray (a Ray cluster)")
+    p.add_argument("--workers", type=int, help="local worker processes (default build.workers); the CPUs of a "
+                   "local Ray started for --executor ray without --ray-address")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+
+
+def executor_of(args, default_workers: int = 1):
+    """The executor of ``--executor/--workers/--ray-address``, ready to run (Ray joined or
+    started), so that a bad choice fails before anything is written."""
+    from aegisbench.executor import Executor, connect
+    ex = Executor.from_cli(args.executor, args.workers, args.ray_address, default_workers)
+    connect(ex)
+    return ex
 
 
 def cmd_sources(args) -> int:
@@ -96,12 +114,13 @@ def _direct_params(args) -> Params:
 def cmd_build(args) -> int:
     from aegisbench.builders.build import build_repo, materialize_source
     params = _direct_params(args) if args.source_dir else Params.load(args.params)
+    executor = executor_of(args, params.build.workers)
     if args.source_dir or not args.skip_sources:
         for src in params.sources:
             table = Path(params.sources_dir) / f"{src.name}.parquet"
             if args.source_dir or not table.exists():
                 materialize_source(src, params.benchmark_version, params.sources_dir)
-    manifest = build_repo(params, out=args.out, workers=args.workers)
+    manifest = build_repo(params, out=args.out, executor=executor)
     out = args.out or params.dataset_dir
     print(f"built {out}  version {manifest['benchmark_version']}  digest {manifest['dataset_digest']}")
     return 0
@@ -151,6 +170,8 @@ def cmd_run(args) -> int:
     checkout = Path.cwd()
     check_runnable(checkout)
     params = Params.load(args.params)  # validates before anything runs
+    from aegisbench.executor import export_env
+    export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
     if args.fast:
         project = prepare_project(checkout, args.fast_dir, fast_params(read_yaml(args.params, "params file")))
     else:

@@ -35,6 +35,7 @@ def tiny_repo(tmp_path_factory) -> Path:
         for name, opts in TINY.items():
             raw["sources"][name]["options"] = opts
         raw["build"].update(conditions=CONDITIONS, compound=COMPOUND, warp_noise_levels=WARP_LEVELS)
+        raw["firespread"] = {"enabled": False}  # the detection tracks only
         raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "aegisbench")}
         params = Params.from_dict(raw)
         for src in params.sources:

@@ -36,6 +36,7 @@ def env(tmp_path_factory):
     for name, opts in TINY.items():
         raw["sources"][name]["options"] = opts
     raw["build"].update(conditions=["low_light_s3"], compound=[], warp_noise_levels=[0.1])
+    raw["firespread"] = {"enabled": False}  # the detection tracks only
     raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "repo")}
     params = Params.from_dict(raw)
     for src in params.sources:

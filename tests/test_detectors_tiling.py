@@ -233,3 +233,33 @@ def test_loader_reraises_decode_errors_in_the_consumer(tmp_path):
     bad = _shard(tmp_path / "bad.parquet", ["ok0", "broken", "ok1"], corrupt={"broken"})
     with pytest.raises(BadInput, match="bad.parquet:broken"):
         list(FrameLoader([bad], batch=2))
+
+
+def test_ultralytics_nms_time_limit_never_drops_boxes_silently():
+    """Past its NMS time limit Ultralytics keeps going with empty results for the rest of
+    the batch (one warning). The adapter reruns such a batch frame by frame, and raises
+    when even one frame keeps hitting the limit."""
+    from ultralytics.utils import LOGGER
+
+    from aegisbench.detectors.ultralytics_adapter import _guarded
+
+    calls = []
+
+    def predict(frames, slow_batches=True):
+        calls.append(len(frames))
+        if len(frames) > 1 and slow_batches:
+            LOGGER.warning("NMS time limit 2.400s exceeded")
+            return [f * 10 for f in frames[:1]] + [None] * (len(frames) - 1)
+        return [f * 10 for f in frames]
+
+    assert _guarded(predict, [1, 2, 3]) == [10, 20, 30]
+    assert calls == [3, 1, 1, 1]
+    calls.clear()
+    assert _guarded(lambda fr: predict(fr, slow_batches=False), [1, 2]) == [10, 20] and calls == [2]
+
+    def always_slow(frames):
+        LOGGER.warning("NMS time limit 2.050s exceeded")
+        return [None] * len(frames)
+
+    with pytest.raises(RuntimeError, match="NMS time limit"):
+        _guarded(always_slow, [1, 2])

@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--license", default="MIT")
     p.add_argument("--description", default="Predictions written by aegisbench detect.")
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
+    p.add_argument("--executor", help="local (default: this process, or --workers processes) or ray "
+                   "(Ray Data actors, one per GPU of the cluster)")
+    p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
+                   "this process); the CPUs of a local Ray started for --executor ray")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     p.set_defaults(func=cmd_detect)
 
     p = sub.add_parser("warp-detect", help="WARP cloud-patch deception test: add warp_patch.parquet to a "
@@ -84,14 +89,19 @@ def _options(args):
                            imgsz=args.imgsz, tiling=tiling)
 
 
-def _prepare(args, check=None) -> tuple[dict, object]:
-    """Verify the dataset, run ``check(manifest)``, then load the detector (nothing written yet)."""
+def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, object]:
+    """Verify the dataset, run ``check(manifest)``, then load the detector (nothing written
+    yet); ``on_driver`` overrides the device of this process's copy (Ray actors pick their own)."""
+    import dataclasses
+
     from aegisbench.builders.manifest import require_verified
     from aegisbench.detectors.interface import DETECTORS, load_detector
 
     if args.detector not in DETECTORS:
         raise BadInput(f"unknown detector {args.detector!r}; expected one of {sorted(DETECTORS)}", where="--detector")
     options = _options(args)
+    if on_driver is not None:
+        options = dataclasses.replace(options, device=on_driver, half=False)
     manifest = require_verified(args.dataset)
     if check is not None:
         check(manifest)
@@ -111,8 +121,12 @@ def cmd_detect(args) -> int:
         track_splits(manifest, args.track)
         check_output(out, args.overwrite)
 
-    manifest, detector = _prepare(args, check)
-    report = run_detect(detector, args.dataset, args.track, out, info, run, manifest=manifest)
+    from aegisbench.executor import Executor, connect
+    executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
+    connect(executor)  # a missing or unreachable cluster fails here, before anything is written
+    manifest, detector = _prepare(args, check, on_driver="cpu" if executor.kind == "ray" else None)
+    report = run_detect(detector, args.dataset, args.track, out, info, run, manifest=manifest,
+                        executor=executor, device=args.device, half=args.half)
     resumed = report["configs_resumed"]
     print(f"wrote {out}: {report['frames']} images ({report['windows']} tiles) in {report['seconds']:.1f} s, "
           f"{report['images_per_s']:.2f} images/s, {report['tiles_per_s']:.2f} tiles/s"

@@ -16,6 +16,7 @@ manifest digest) and the completed folder is swapped into place.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import shutil
@@ -32,7 +33,9 @@ from aegisbench.atomic import atomic_path, atomic_write_text, replace_dir
 from aegisbench.builders.manifest import require_verified
 from aegisbench.detectors.interface import Detector
 from aegisbench.detectors.loader import FrameLoader, shard_paths
+from aegisbench.detectors.ray_runner import plan_jobs, worker_results, worker_spec
 from aegisbench.errors import BadInput
+from aegisbench.executor import Executor
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.predictions import PREDICTION_SCHEMA, write_parquet_predictions
 
@@ -93,10 +96,11 @@ def track_splits(manifest: dict, track: str) -> dict[str, list[str]]:
     return out
 
 
-def run_key(detector: Detector, manifest: dict, track: str) -> str:
-    """What decides the predictions: model identity and weights bytes, options, dataset."""
+def run_key(detector: Detector, manifest: dict, track: str, options=None) -> str:
+    """What decides the predictions: model identity and weights bytes, options (those the
+    workers run with, when given), dataset."""
     weights = Path(getattr(detector, "weights", ""))
-    opts = dataclasses.asdict(detector.options)
+    opts = dataclasses.asdict(options or detector.options)
     return json_sha256({"detector": detector.describe(), "options": opts, "track": track,
                         "weights_sha256": file_sha256(weights) if weights.is_file() else None,
                         "dataset_digest": manifest["dataset_digest"]})
@@ -127,18 +131,26 @@ def _part_done(parts: Path, config: str, key: str) -> bool:
 
 
 def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path, info: SubmissionInfo,
-               run: RunOptions = RunOptions(), *, manifest: dict | None = None) -> dict:
+               run: RunOptions = RunOptions(), *, manifest: dict | None = None,
+               executor: Executor | None = None, device: str | None = None, half: bool | None = None) -> dict:
     """Predict every split of ``track`` and write ``out`` (predictions.parquet + submission.yaml).
 
     Returns a report: configs run and resumed, frames, windows, wall seconds,
     images/s and tiles/s, and the model's share of the time. ``manifest`` is that of
-    ``repo`` when the caller already verified it.
+    ``repo`` when the caller already verified it. ``executor`` (default: this process)
+    may run the model on local worker processes or Ray Data actors
+    (:mod:`aegisbench.detectors.ray_runner`); Ray actors run on ``device`` with FP16 as
+    ``half`` (defaults: the detector's). The frames of every predict call, hence the
+    predictions, are the same whichever executor runs them.
     """
     repo, out = Path(repo), Path(out)
     manifest = manifest or require_verified(repo)  # before anything is written
     plan = track_splits(manifest, track)
     check_output(out, run.overwrite)
-    key = run_key(detector, manifest, track)
+    executor = executor or Executor()
+    remote = executor.kind == "ray" or executor.workers > 1
+    spec = worker_spec(detector, executor, device, half) if remote else None
+    key = run_key(detector, manifest, track, spec.options if spec else None)
     staging = staging_for(out)
     parts = staging / "parts"
     parts.mkdir(parents=True, exist_ok=True)
@@ -151,21 +163,25 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     sizes = {(c, s): manifest["configs"][c]["splits"][s]["rows"] for c in todo for s in plan[c]}
     bar = tqdm(total=sum(sizes.values()), desc=f"detect {track}", unit="img", disable=not run.progress)
     t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
-    shards = [((c, s), p) for c in todo for s in plan[c] for p in shard_paths(repo, manifest, c, s)]
-    loader = FrameLoader(shards, batch=run.frames_per_batch, workers=run.loader_workers, prefetch=run.prefetch)
+    if spec is None:
+        shards = [((c, s), p) for c in todo for s in plan[c] for p in shard_paths(repo, manifest, c, s)]
+        loader = FrameLoader(shards, batch=run.frames_per_batch, workers=run.loader_workers, prefetch=run.prefetch)
+        batches = ((fb.tag, fb.image_ids, functools.partial(detector.predict, fb.images)) for fb in loader)
+    else:
+        batches = _worker_batches(detector, spec, plan_jobs(repo, manifest, plan, todo, run.frames_per_batch),
+                                  executor)
     entries: dict = {}
     counts = {c: {s: {"images": 0, "boxes": 0} for s in plan[c]} for c in todo}
-    open_configs = list(todo)  # finished in plan order; one continuous loader feeds them all
-    for fb in loader:
-        config, split = fb.tag
-        while open_configs[0] != config:
+    open_configs = list(todo)  # finished in plan order; one continuous stream of batches feeds them all
+    for (config, split), image_ids, predict in batches:
+        while open_configs[0] != config:  # earlier configs are complete: written before predicting on
             _write_part(parts, open_configs.pop(0), entries, counts, key)
-        for image_id, det in zip(fb.image_ids, detector.predict(fb.images)):
+        for image_id, det in zip(image_ids, predict()):
             if len(det):
                 entries[(config, split, image_id)] = det
                 counts[config][split]["boxes"] += len(det)
-        counts[config][split]["images"] += len(fb)
-        bar.update(len(fb))
+        counts[config][split]["images"] += len(image_ids)
+        bar.update(len(image_ids))
     while open_configs:
         _write_part(parts, open_configs.pop(0), entries, counts, key)
     bar.close()
@@ -183,6 +199,14 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     log.info("detect: %d images (%d tiles) in %.1f s: %.2f images/s, %.2f tiles/s", frames, windows, wall,
              report["images_per_s"], report["tiles_per_s"])
     return report
+
+
+def _worker_batches(detector: Detector, spec, jobs: list, executor: Executor):
+    """``(tag, image_ids, () -> detections)`` of each job run by the workers (counted in
+    ``detector.stats``), in plan order."""
+    for r in worker_results(spec, jobs, executor):
+        detector.stats.add(r.stats)
+        yield r.tag, r.image_ids, (lambda dets=r.detections: dets)
 
 
 def _write_part(parts: Path, config: str, entries: dict, counts: dict, key: str) -> None:

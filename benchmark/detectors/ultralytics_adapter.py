@@ -131,10 +131,9 @@ class UltralyticsDetector(Detector):
         o = self.options
         imgsz = o.imgsz or _native_imgsz(w, h)
         bgr = [np.ascontiguousarray(x[..., ::-1]) for x in windows]
-        results = self.model.predict(bgr, imgsz=imgsz, conf=float(o.conf),
-                                     iou=0.7 if o.nms_iou is None else float(o.nms_iou), max_det=o.max_det,
-                                     device=o.device, batch=len(bgr), verbose=False, save=False,
-                                     **precision_args(o.half))
+        kw = dict(imgsz=imgsz, conf=float(o.conf), iou=0.7 if o.nms_iou is None else float(o.nms_iou),
+                  max_det=o.max_det, device=o.device, verbose=False, save=False, **precision_args(o.half))
+        results = _guarded(lambda frames: self.model.predict(frames, batch=len(frames), **kw), bgr)
         return [self._to_detections(r) for r in results]
 
     def _to_detections(self, result) -> Detections:
@@ -145,6 +144,53 @@ class UltralyticsDetector(Detector):
         label = np.array([str(self.names.get(int(c), int(c))) for c in cls], dtype=object)
         ok = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
         return Detections(xyxy[ok], score[ok], label[ok])
+
+
+class _NmsTimeLimit(logging.Handler):
+    """Notices Ultralytics' "NMS time limit exceeded" warning: past its wall-clock limit
+    (2 s + 0.05 s per image) its NMS stops and the rest of the batch gets no boxes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.hit = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "NMS time limit" in record.getMessage():
+            self.hit = True
+
+
+def _run_watched(fn, frames: list) -> tuple[list, bool]:
+    logger = logging.getLogger("ultralytics")
+    watch, level = _NmsTimeLimit(), logger.level
+    logger.addHandler(watch)
+    if logger.getEffectiveLevel() > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        return list(fn(frames)), watch.hit
+    finally:
+        logger.removeHandler(watch)
+        logger.setLevel(level)
+
+
+def _guarded(fn, frames: list, retries: int = 2) -> list:
+    """``fn(frames)``, never with silently dropped boxes: a batch whose NMS hit the time
+    limit is rerun one frame at a time; a frame that still hits it after ``retries``
+    tries raises (lower ``--batch`` or raise ``--conf``)."""
+    results, hit = _run_watched(fn, frames)
+    if not hit:
+        return results
+    log.warning("NMS time limit exceeded on a batch of %d; rerunning it frame by frame", len(frames))
+    out = []
+    for frame in frames:
+        for _ in range(retries):
+            one, hit = _run_watched(fn, [frame])
+            if not hit:
+                break
+        if hit:
+            raise RuntimeError("Ultralytics NMS time limit exceeded on a single frame: its detections would be "
+                               "dropped silently; raise --conf or run on a less loaded machine")
+        out += one
+    return out
 
 
 def precision_args(half: bool) -> dict:

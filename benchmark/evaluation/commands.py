@@ -68,6 +68,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-dets", type=int, default=None,
                    help="per-image cap for mAP (default: none, every prediction counts)")
     p.add_argument("--n-resamples", type=int, default=1000, help="bootstrap resamples over images (default 1000)")
+    p.add_argument("--executor", help="local (default) or ray: where the sources of the track are scored "
+                   "(each source is independent)")
+    p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("export-coco", help="write COCO GT JSON per config and per config/split (integer ids "
@@ -121,9 +125,13 @@ def cmd_evaluate(args) -> int:
                                   warp_grid=args.warp_grid)
     except (TypeError, ValueError) as exc:
         raise BadInput(str(exc), where="command line") from None
+    from aegisbench.executor import Executor, connect
+    executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
+    connect(executor)
+    dataset = Path(args.dataset).absolute() if executor.kind == "ray" else args.dataset  # read on other nodes
     try:
-        out = evaluate_submission(args.submission, args.dataset, args.results, params,
-                                  verify=not args.no_verify, progress=True)
+        out = evaluate_submission(args.submission, dataset, args.results, params,
+                                  verify=not args.no_verify, progress=True, executor=executor)
     except SubmissionInvalid as exc:
         return _print_problems(exc)
     prov = json.loads((out / "provenance.json").read_text())

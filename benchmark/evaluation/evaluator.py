@@ -49,6 +49,7 @@ from aegisbench.evaluation.scoring import ConditionScorer, family_of
 from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimits, validate_submission
 from aegisbench.evaluation.threshold import freeze_threshold
 from aegisbench.evaluation.version import EVALUATOR_VERSION  # noqa: F401  (re-exported)
+from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import json_sha256
 from aegisbench.metrics import SilentFailureParams, image_positive
 
@@ -172,57 +173,105 @@ def freeze_for_source(sub: ValidatedSubmission, index: DatasetIndex, source: str
     return thr, vf1, val
 
 
-def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationParams = EvaluationParams(),
-             progress: bool = False) -> Evaluation:
-    """Score every condition of the submission's track (in memory)."""
+@dataclass(eq=False)
+class SourceScores:
+    """Everything one source contributes to an evaluation (independent of other sources)."""
+
+    source: str
+    threshold: float
+    val_f1: float
+    configs: list[str] | None  # None: empty test split, skipped
+    rows: list[dict] = field(default_factory=list)
+    per_image: dict[str, list] = field(default_factory=dict)
+    ttd: dict[str, list] = field(default_factory=dict)
+    patch_rows: dict[str, list] = field(default_factory=dict)
+    patch_doc: dict | None = None
+    effectiveness: dict | None = None
+    degenerate: list[dict] = field(default_factory=list)
+
+
+def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, params: EvaluationParams,
+                 on_config=None) -> SourceScores:
+    """Freeze the threshold of ``source`` and score every config holding its test split
+    (``on_config()`` is called after each config)."""
     from aegisbench.evaluation.warp_eval import deception_test
+    track = sub.meta.track
+    thr, vf1, val = freeze_for_source(sub, index, source, params)
+    out = SourceScores(source, thr, vf1, None)
+    _extend(out.per_image, val.per_image(sub.id, thr))
+    clean_gt = index.gt("clean", source)
+    if len(clean_gt) == 0:
+        log.warning("source %s has an empty test split; skipped", source)
+        return out
+    key = ("aegisbench-bootstrap", index.digest, sub.id, source)
+    resamples = Resamples.draw(len(clean_gt), key, params.bootstrap.n_resamples)
+    scorer = ConditionScorer(sub, index, source, thr, params, resamples, key)
+    scorer.add_validation_rows(val, vf1)
+    clean = SplitScore.of(sub, "clean", clean_gt)
+    out.configs = ["clean"] + [c for c in index.configs() if c != "clean" and index.split_info(c, source)]
+    for config in out.configs:
+        gt = index.gt(config, source)
+        paired = set(gt.image_ids) == set(clean_gt.image_ids)
+        if paired:
+            gt = gt.reordered(clean_gt.image_ids)
+        score = clean if config == "clean" else SplitScore.of(sub, config, gt)
+        scorer.score_config(score, clean if paired else None)
+        _extend(out.per_image, score.per_image(sub.id, thr))
+        if track == "smoke":
+            _extend(out.ttd, scorer.smoke_rows(score))
+        if on_config is not None:
+            on_config()
+    if track == "smoke" and sub.warp_patch is not None:
+        res = deception_test(sub.warp_patch, clean_gt, image_positive(clean.match, thr), thr)
+        out.patch_doc = scorer.patch_rows(res)
+        n = len(res["image_ids"])
+        _extend(out.patch_rows, {"submission": [sub.id] * n, "source": [source] * n, "image_id": res["image_ids"],
+                                 "original_positive": res["original_positive"].tolist(),
+                                 "alpha": res["alpha"].tolist(), "beta": res["beta"].tolist(),
+                                 "deceptions": res["deceptions"].tolist(), "gamma": res["gamma"].tolist()})
+    out.effectiveness = scorer.effectiveness_summary()
+    out.rows, out.degenerate = scorer.rows, scorer.degenerate
+    return out
+
+
+def _score_source_task(args) -> SourceScores:
+    return score_source(*args)
+
+
+def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationParams = EvaluationParams(),
+             progress: bool = False, executor: Executor | None = None) -> Evaluation:
+    """Score every condition of the submission's track (in memory). Sources are
+    independent: with ``executor`` (local processes or Ray) they are scored in parallel;
+    the result is the same in any case."""
+    executor = executor or Executor()
+    track = sub.meta.track
+    sources = [s for s in index.sources(track) if index.split_info("clean", s) is not None]
+    total = sum(1 for s in sources for c in index.configs() if index.split_info(c, s) is not None)
+    bar = tqdm(total=total, desc=f"evaluate {sub.id}", unit="config", disable=None if progress else True)
+    if executor.kind == "local" and executor.workers == 1:
+        parts = (score_source(sub, index, s, params, bar.update) for s in sources)
+    else:
+        parts = map_tasks(_score_source_task, [(sub, index, s, params) for s in sources], executor)
     rows: list[dict] = []
     per_image: dict[str, list] = {}
     ttd: dict[str, list] = {}
     patch_rows: dict[str, list] = {}
-    thresholds, val_f1, effectiveness, patch_doc, degenerate = {}, {}, {}, {}, []
-    track = sub.meta.track
-    sources = [s for s in index.sources(track) if index.split_info("clean", s) is not None]
-    configs_scored = {}
-    total = sum(1 for s in sources for c in index.configs() if index.split_info(c, s) is not None)
-    bar = tqdm(total=total, desc=f"evaluate {sub.id}", unit="config", disable=None if progress else True)
-    for source in sources:
-        thr, vf1, val = freeze_for_source(sub, index, source, params)
-        thresholds[source], val_f1[source] = thr, vf1
-        _extend(per_image, val.per_image(sub.id, thr))
-        clean_gt = index.gt("clean", source)
-        if len(clean_gt) == 0:
-            log.warning("source %s has an empty test split; skipped", source)
+    thresholds, val_f1, effectiveness, patch_doc, degenerate, configs_scored = {}, {}, {}, {}, [], {}
+    for part in parts:
+        thresholds[part.source], val_f1[part.source] = part.threshold, part.val_f1
+        _extend(per_image, part.per_image)
+        if part.configs is None:
             continue
-        key = ("aegisbench-bootstrap", index.digest, sub.id, source)
-        resamples = Resamples.draw(len(clean_gt), key, params.bootstrap.n_resamples)
-        scorer = ConditionScorer(sub, index, source, thr, params, resamples, key)
-        scorer.add_validation_rows(val, vf1)
-        clean = SplitScore.of(sub, "clean", clean_gt)
-        configs = ["clean"] + [c for c in index.configs() if c != "clean" and index.split_info(c, source)]
-        configs_scored[source] = configs
-        for config in configs:
-            gt = index.gt(config, source)
-            paired = set(gt.image_ids) == set(clean_gt.image_ids)
-            if paired:
-                gt = gt.reordered(clean_gt.image_ids)
-            score = clean if config == "clean" else SplitScore.of(sub, config, gt)
-            scorer.score_config(score, clean if paired else None)
-            _extend(per_image, score.per_image(sub.id, thr))
-            if track == "smoke":
-                _extend(ttd, scorer.smoke_rows(score))
-            bar.update()
-        if track == "smoke" and sub.warp_patch is not None:
-            res = deception_test(sub.warp_patch, clean_gt, image_positive(clean.match, thr), thr)
-            patch_doc[source] = scorer.patch_rows(res)
-            n = len(res["image_ids"])
-            _extend(patch_rows, {"submission": [sub.id] * n, "source": [source] * n, "image_id": res["image_ids"],
-                                 "original_positive": res["original_positive"].tolist(),
-                                 "alpha": res["alpha"].tolist(), "beta": res["beta"].tolist(),
-                                 "deceptions": res["deceptions"].tolist(), "gamma": res["gamma"].tolist()})
-        effectiveness[source] = scorer.effectiveness_summary()
-        rows.extend(scorer.rows)
-        degenerate.extend(scorer.degenerate)
+        configs_scored[part.source] = part.configs
+        _extend(ttd, part.ttd)
+        if part.patch_doc is not None:
+            patch_doc[part.source] = part.patch_doc
+            _extend(patch_rows, part.patch_rows)
+        effectiveness[part.source] = part.effectiveness
+        rows.extend(part.rows)
+        degenerate.extend(part.degenerate)
+        if not (executor.kind == "local" and executor.workers == 1):
+            bar.update(len(part.configs))
     bar.close()
     tables, documents = {}, {"effectiveness.json": effectiveness}
     if ttd:
@@ -307,16 +356,17 @@ def write_results(ev: Evaluation, results_dir: str | Path) -> Path:
 
 def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegisbench",
                         results: str | Path = "results", params: EvaluationParams = EvaluationParams(), *,
-                        verify: bool = True, progress: bool = False) -> Path:
+                        verify: bool = True, progress: bool = False, executor: Executor | None = None) -> Path:
     """Validate (raising :class:`~aegisbench.evaluation.submission.SubmissionInvalid` with
-    every problem, nothing written), score and write ``results/<id>/``; returns the folder."""
+    every problem, nothing written), score (sources on ``executor``) and write
+    ``results/<id>/``; returns the folder."""
     index = DatasetIndex(dataset, verify=verify)
     sub = validate_submission(submission, index, params.limits, params.warp_grid)
     if sub.form == "firespread":
         from aegisbench.evaluation.commands import evaluate_firespread
         return evaluate_firespread(sub, index, results, params)
-    return write_results(evaluate(sub, index, params, progress=progress), results)
+    return write_results(evaluate(sub, index, params, progress=progress, executor=executor), results)
 
 
-__all__ = ["EVALUATOR_VERSION", "Evaluation", "EvaluationParams", "SplitScore", "evaluate", "evaluate_submission",
-           "family_of", "freeze_for_source", "write_results"]
+__all__ = ["EVALUATOR_VERSION", "Evaluation", "EvaluationParams", "SourceScores", "SplitScore", "evaluate",
+           "evaluate_submission", "family_of", "freeze_for_source", "score_source", "write_results"]

@@ -1,0 +1,269 @@
+"""Where independent units of work run: this machine's processes or a Ray cluster.
+
+An :class:`Executor` names the engine (``local`` or ``ray``), the local worker count
+and, for Ray, the cluster address. :func:`map_tasks` maps a picklable, module-level
+function over tasks and yields the results **in input order** while streaming: at
+most ``in_flight`` tasks are submitted ahead of the one being waited for, so memory
+stays bounded however many tasks there are.
+
+* ``local``: one worker runs in-process; more use a ``ProcessPoolExecutor``. When a
+  worker process dies (killed, out of memory) the pool is rebuilt and the unfinished
+  tasks are submitted again, up to ``max_retries`` times.
+* ``ray``: every task is a ``ray.remote`` task with ``max_retries`` (Ray reruns a task
+  whose worker died). :func:`connect` joins the cluster at ``ray_address``
+  (``auto`` or ``HOST:PORT``) or, with no address, starts a local Ray with
+  ``num_cpus=workers``; an already initialized Ray is used as it is.
+
+Tasks may run more than once (a retry after a crash), so they must be idempotent:
+the build's shard tasks are (atomic writes, sidecars). A task's own exception is
+never retried; it is re-raised in the caller as the original exception.
+
+>>> ex = Executor("local", workers=1)
+>>> list(map_tasks(abs, [-2, 1, -3], ex))
+[2, 1, 3]
+>>> Executor("local", workers=4).in_flight
+8
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import re
+import socket
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any
+
+from aegisbench.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+KINDS = ("local", "ray")
+_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9_.\-]+:\d{1,5}|(ray://)?\[[0-9A-Fa-f:.]+\]:\d{1,5})$")
+CONNECT_TIMEOUT_S = 5.0
+ENV = {"kind": "AEGISBENCH_EXECUTOR", "workers": "AEGISBENCH_WORKERS", "ray_address": "AEGISBENCH_RAY_ADDRESS"}
+
+
+@dataclass(frozen=True)
+class Executor:
+    """The engine that runs shards: ``kind`` (``local``/``ray``), ``workers`` (local
+    processes; the CPUs of a local Ray started here), ``ray_address`` (``auto``,
+    ``HOST:PORT`` or ``ray://HOST:PORT``; None starts a local Ray), ``max_retries``
+    (reruns of a task whose worker died).
+
+    >>> Executor("ray", workers=2).ray_address is None
+    True
+    >>> Executor("spark")
+    Traceback (most recent call last):
+    ...
+    aegisbench.errors.BadInput: --executor: unknown executor 'spark'; expected one of ('local', 'ray')
+    """
+
+    kind: str = "local"
+    workers: int = 1
+    ray_address: str | None = None
+    max_retries: int = 3
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise BadInput(f"unknown executor {self.kind!r}; expected one of {KINDS}", where="--executor")
+        w = self.workers
+        if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            raise BadInput(f"workers must be an integer >= 1, got {w!r}", where="--workers")
+        r = self.max_retries
+        if isinstance(r, bool) or not isinstance(r, int) or r < 0:
+            raise BadInput(f"max_retries must be an integer >= 0, got {r!r}", where="max_retries")
+        a = self.ray_address
+        if a is not None:
+            if self.kind != "ray":
+                raise BadInput("--ray-address needs --executor ray", where="--ray-address")
+            if not isinstance(a, str) or not _ADDRESS.match(a):
+                raise BadInput(f"expected 'auto' or HOST:PORT, got {a!r}", where="--ray-address")
+
+    @classmethod
+    def from_cli(cls, kind: str | None, workers: int | None, ray_address: str | None,
+                 default_workers: int = 1) -> "Executor":
+        """The executor of ``--executor/--workers/--ray-address``; a flag left out (None)
+        falls back to its ``AEGISBENCH_*`` variable, then to the default.
+
+        >>> Executor.from_cli(None, None, None, default_workers=2).workers
+        2
+        """
+        kind = kind or os.environ.get(ENV["kind"]) or "local"
+        if workers is None and os.environ.get(ENV["workers"]):
+            text = os.environ[ENV["workers"]]
+            if not text.strip().isdigit():
+                raise BadInput(f"expected a positive integer, got {text!r}", where=ENV["workers"])
+            workers = int(text)
+        ray_address = ray_address or os.environ.get(ENV["ray_address"]) or None
+        return cls(kind=kind, workers=default_workers if workers is None else workers, ray_address=ray_address)
+
+    @property
+    def in_flight(self) -> int:
+        """Tasks submitted ahead (2 per worker; for Ray, per CPU of the cluster)."""
+        if self.kind == "ray":
+            import ray
+            if ray.is_initialized():
+                return 2 * max(self.workers, int(ray.cluster_resources().get("CPU", 1)))
+        return 2 * self.workers
+
+
+def export_env(kind: str | None, workers: int | None, ray_address: str | None, default_workers: int = 1) -> None:
+    """Check the given flags and export them as ``AEGISBENCH_*`` variables, so commands run
+    as child processes (the stages of ``dvc repro``) use the same executor."""
+    ex = Executor.from_cli(kind, workers, ray_address, default_workers)
+    if ex.kind == "ray":
+        import_ray()
+        if ex.ray_address is not None:
+            _probe(ex.ray_address)
+    for key, value in (("kind", kind), ("workers", workers), ("ray_address", ray_address)):
+        if value is not None:
+            os.environ[ENV[key]] = str(value)
+
+
+def import_ray():
+    """The ``ray`` module, or BadInput saying how to install it."""
+    try:
+        import ray
+    except ImportError:
+        raise BadInput("--executor ray needs Ray: pip install 'aegisbench[ray]'", where="--executor") from None
+    return ray
+
+
+def _probe(address: str) -> None:
+    """Fail fast (BadInput) when nothing listens at ``address``: Ray itself retries for minutes."""
+    from ray._private import services
+
+    if address.startswith("ray://"):
+        target = address[len("ray://"):]
+    else:
+        try:
+            target = services.canonicalize_bootstrap_address(address)
+        except ConnectionError as exc:
+            raise BadInput(f"no running Ray cluster found ({exc})".replace("\n", " "), where="--ray-address") from None
+        if target is None:
+            raise BadInput("no running Ray cluster found", where="--ray-address")
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise BadInput(f"cannot reach a Ray cluster at {target} ({exc.strerror or exc})",
+                       where="--ray-address") from None
+
+
+def connect(executor: Executor) -> None:
+    """Make Ray usable for ``executor`` (no-op for ``local`` or an initialized Ray).
+
+    With ``ray_address`` it joins that cluster (BadInput when it cannot be reached);
+    without, it starts a local Ray with ``num_cpus=workers``.
+    """
+    if executor.kind != "ray":
+        return
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    quiet = dict(logging_level=logging.WARNING, include_dashboard=False, log_to_driver=False)
+    if executor.ray_address is not None:
+        _probe(executor.ray_address)
+        ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
+        log.info("joined Ray cluster at %s: %s", executor.ray_address, ray.cluster_resources())
+    else:
+        ray.init(num_cpus=executor.workers, **quiet)
+        log.info("started a local Ray with %d CPU(s)", executor.workers)
+
+
+def map_tasks(fn: Callable[[Any], Any], tasks: Iterable, executor: Executor = Executor()) -> Iterator:
+    """Yield ``fn(task)`` for every task, in input order, running them on ``executor``.
+
+    ``fn`` must be picklable (a module-level function or a ``functools.partial`` of
+    one); ``tasks`` is consumed lazily, at most ``executor.in_flight`` ahead.
+    """
+    if executor.kind == "ray":
+        return _map_ray(fn, tasks, executor)
+    if executor.workers == 1:
+        return map(fn, tasks)
+    return _map_processes(fn, tasks, executor)
+
+
+def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
+    source = iter(tasks)
+    pending: deque = deque()  # (task, future), oldest first
+    retries = executor.max_retries
+    pool = ProcessPoolExecutor(executor.workers)
+    try:
+        while True:
+            while len(pending) < executor.in_flight:
+                task = next(source, _END)
+                if task is _END:
+                    break
+                pending.append((task, pool.submit(fn, task)))
+            if not pending:
+                return
+            try:
+                result = pending[0][1].result()
+            except BrokenProcessPool:
+                if retries == 0:
+                    raise
+                retries -= 1
+                log.warning("a worker process died; restarting the pool and resubmitting %d task(s) "
+                            "(%d retr%s left)", len(pending), retries, "y" if retries == 1 else "ies")
+                pool.shutdown(wait=True, cancel_futures=True)
+                pool = ProcessPoolExecutor(executor.workers)
+                pending = deque((t, pool.submit(fn, t)) for t, _ in pending)
+                continue
+            pending.popleft()
+            yield result
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+_END = object()
+
+
+def _call(fn, task):
+    return fn(task)
+
+
+def _map_ray(fn, tasks: Iterable, executor: Executor) -> Iterator:
+    connect(executor)
+    import ray
+    from ray.exceptions import RayTaskError
+
+    options = dict(num_cpus=1, max_retries=executor.max_retries, retry_exceptions=False)
+    if inspect.isfunction(fn):  # the task carries the function's name (``ray::<name>`` in ps)
+        remote, fn_ref = ray.remote(**options)(fn), None
+    else:  # a partial or callable object: shipped once through the object store
+        remote, fn_ref = ray.remote(**options)(_call), ray.put(fn)
+    source = iter(tasks)
+    pending: deque = deque()
+    limit = executor.in_flight
+
+    def fill() -> None:
+        while len(pending) < limit:
+            task = next(source, _END)
+            if task is _END:
+                return
+            pending.append(remote.remote(task) if fn_ref is None else remote.remote(fn_ref, task))
+
+    try:
+        fill()
+        while pending:
+            try:
+                result = ray.get(pending[0])
+            except RayTaskError as exc:  # the task's own exception: re-raise the original
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, BaseException):
+                    raise cause from None
+                raise
+            pending.popleft()
+            fill()
+            yield result
+    finally:
+        for ref in pending:
+            ray.cancel(ref, force=False)
