@@ -110,8 +110,9 @@ def test_detection_cap(good, index):
     per_image: dict = {}
     for r, row in enumerate(rows):
         per_image.setdefault((row["config"], row["split"], row["image_id"]), []).append(r)
-    expected = sorted(f"predictions.parquet:row {rs[5]} field image_id: image {k[2]!r} has {len(rs)} detections, "
-                      f"more than the cap of 5" for k, rs in per_image.items() if len(rs) > 5)
+    over = sorted((rs[5], k[2], len(rs)) for k, rs in per_image.items() if len(rs) > 5)  # problems in row order
+    expected = [f"predictions.parquet:row {row} field image_id: image {image!r} has {n} detections, "
+                f"more than the cap of 5" for row, image, n in over]
     assert expected  # the tiny SAR images have up to 6 persons
     assert problems_of(good, index, ValidationLimits(max_dets_per_image=5)) == expected
 
