@@ -61,3 +61,29 @@ def replace_dir(staging: Path, final: Path) -> None:
     os.replace(staging, final)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_dir(final: str | Path) -> Iterator[Path]:
+    """Build a folder in a fresh staging sibling, swapped in whole when the block
+    succeeds and removed when it fails (``final`` is then left untouched).
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> with staged_dir(root / "site") as tmp:
+    ...     _ = (tmp / "index.html").write_text("ok")
+    >>> (root / "site" / "index.html").read_text(), sorted(p.name for p in root.iterdir())
+    ('ok', ['site'])
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    staging = final.with_name(f".{final.name}.staging-{os.getpid()}")
+    if staging.exists():
+        shutil.rmtree(staging)
+    staging.mkdir()
+    try:
+        yield staging
+        replace_dir(staging, final)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)

@@ -10,11 +10,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aegisbench.errors import BadInput
 from aegisbench.hashing import json_sha256
 from aegisbench.readers import read_yaml
+
+if TYPE_CHECKING:  # imported lazily at run time (the fire-spread package is optional work)
+    from aegisbench.firespread.params import FirespreadParams
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")

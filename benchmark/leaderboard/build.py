@@ -20,14 +20,12 @@ from __future__ import annotations
 import io
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, replace_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
@@ -104,16 +102,8 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = out.with_name(f".{out.name}.staging-{os.getpid()}")
-    if staging.exists():
-        shutil.rmtree(staging)
-    try:
+    with staged_dir(out) as staging:
         files = write_board(board, staging)
-        replace_dir(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
     metrics_path = write_metrics(board, metrics) if metrics is not None else None

@@ -28,11 +28,9 @@ import hashlib
 import io
 import json
 import logging
-import os
-import shutil
 from pathlib import Path
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, replace_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board
 from aegisbench.leaderboard.plots import series_key
@@ -145,19 +143,10 @@ def plot_tables(board: Board) -> dict[str, str]:
 def write_plots(board: Board, folder: str | Path) -> list[Path]:
     """Rebuild ``folder`` with the severity CSVs (staged, then swapped in whole)."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = folder.with_name(f".{folder.name}.staging-{os.getpid()}")
-    if staging.exists():
-        shutil.rmtree(staging)
-    try:
-        staging.mkdir()
-        tables = plot_tables(board)
+    tables = plot_tables(board)
+    with staged_dir(folder) as staging:
         for name, text in tables.items():
             atomic_write_bytes(staging / name, text.encode("utf-8"))
-        replace_dir(staging, folder)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     log.info("leaderboard severity plots %s: %d curves", folder, len(tables))
     return [folder / n for n in tables]
 

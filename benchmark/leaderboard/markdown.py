@@ -127,7 +127,7 @@ def _families(board: Board, section: Section, metric: str) -> list[str]:
             row.append("—" if r is None else f"{fmt_value(metric, r['mean'])} "
                        f"({fmt_value(metric, r['min'])}–{fmt_value(metric, r['max'])})")
         body.append(row)
-    return _table(heads, body) + [""]
+    return out + _table(heads, body) + [""]
 
 
 def cells_n(cells: dict, fam: str, sev: int) -> int:
@@ -148,7 +148,7 @@ def _ranks(board: Board, section: Section, metric: str) -> list[str]:
             names = ", ".join(_name(r, board.references) for r in g)
             parts.append(f"{g[0]['rank']}. {{{names}}}" if len(g) > 1 else f"{g[0]['rank']}. {names}")
         body.append([md_code(cond["config"]), " > ".join(parts)])
-    return _table(["condition", "order (best first)"], body) + [""]
+    return out + _table(["condition", "order (best first)"], body) + [""]
 
 
 def render_markdown(board: Board) -> str:
