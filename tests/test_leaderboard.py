@@ -366,3 +366,15 @@ def test_stratified_rows_are_kept_but_views_use_the_pooled_cell(tmp_path):
     assert (tmp_path / "lb" / "site" / "models" / "p-calibration.png").read_bytes() == png
     md = (tmp_path / "lb" / "README.md").read_text()
     assert "### F2S Brier per condition" in md and "0.100 [0.090, 0.110]" in md and "0.900" not in md
+
+
+def test_metric_directions_colour_and_rank_the_right_way():
+    """Seed 002's effectiveness is the corruption's: higher hurts the model, as do every
+    relative drop and the WARP loss; recall by size and image-level scores are higher-better."""
+    from aegisbench.leaderboard.aggregate import direction
+    for m in ("effectiveness", "effectiveness_size_small", "relative_drop_f1", "relative_drop_map50",
+              "warp_map_loss", "time_to_detect_frames", "fp", "brier", "ece"):
+        assert direction(m) == -1, m
+    for m in ("recall", "recall_small", "image_f1", "map50", "f2r_f1", "average_precision"):
+        assert direction(m) == 1, m
+    assert direction("n_images") is None  # counts without an order stay unordered

@@ -24,10 +24,17 @@ from aegisbench.leaderboard.results import FAMILIES, FAMILY_OF, Expectation, Res
 
 HIGHER_IS_BETTER = frozenset({
     "recall", "precision", "f1", "map50", "map50_95", "tp", "loc_iou", "average_precision",
-    "auc_pr_trapezoid", "brier_resolution", "f2r_precision", "f2r_recall", "f2r_f1", "f2r_ap"})
+    "auc_pr_trapezoid", "brier_resolution", "f2r_precision", "f2r_recall", "f2r_f1", "f2r_ap",
+    "recall_tiny", "recall_small", "recall_medium", "recall_large", "image_recall", "image_precision",
+    "image_f1", "sequences_detected", "val_recall", "val_precision", "val_f1"})
 LOWER_IS_BETTER = frozenset({
-    "fp", "fn", "relative_drop_recall", "silent_failure", "alpha", "beta", "gamma",
-    "time_to_detect_min", "brier", "ece", "brier_reliability", "excess_brier", "f2s_brier", "f2s_ece"})
+    "fp", "fn", "relative_drop_recall", "relative_drop_precision", "relative_drop_f1", "relative_drop_map50",
+    "relative_drop_map50_95", "silent_failure", "alpha", "beta", "gamma", "time_to_detect_min",
+    "time_to_detect_frames", "loc_center_shift", "warp_map_loss", "brier", "ece", "brier_reliability",
+    "excess_brier", "f2s_brier", "f2s_ece",
+    # seed 002's S(P, E) is the corruption's effectiveness: higher hurts the model more
+    "effectiveness", "effectiveness_size_tiny", "effectiveness_size_small", "effectiveness_size_medium",
+    "effectiveness_size_large"})
 
 LONG_COLUMNS = {
     "submission": pl.String, "name": pl.String, "model": pl.String, "team": pl.String,
