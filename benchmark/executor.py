@@ -198,14 +198,15 @@ def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
     pool = ProcessPoolExecutor(executor.workers)
     try:
         while True:
-            while len(pending) < executor.in_flight:
-                task = next(source, _END)
-                if task is _END:
-                    break
-                pending.append((task, pool.submit(fn, task)))
-            if not pending:
-                return
-            try:
+            try:  # a dead worker breaks the pool: submit() and result() both raise then
+                while len(pending) < executor.in_flight:
+                    task = next(source, _END)
+                    if task is _END:
+                        break
+                    pending.append((task, None))
+                    pending[-1] = (task, pool.submit(fn, task))
+                if not pending:
+                    return
                 result = pending[0][1].result()
             except BrokenProcessPool:
                 if retries == 0:

@@ -45,14 +45,17 @@ def materialize(params: Params) -> None:
         materialize_source(src, params.benchmark_version, params.sources_dir)
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def reference_build(root: Path) -> tuple[Path, Params]:
     """Source tables and the reference build (local, in-process) of the tiny params."""
-    root = tmp_path_factory.mktemp("exec")
     params = tiny_params(root, rows_per_shard=1)
     materialize(params)
     build_repo(params, out=root / "ref", progress=False, executor=Executor("local", 1))
     return root, params
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return reference_build(tmp_path_factory.mktemp("exec"))
 
 
 # ------------------------------------------------------------------ module-level task functions

@@ -24,7 +24,7 @@ from aegisbench.detectors.ray_runner import plan_jobs  # noqa: E402
 from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect, track_splits  # noqa: E402
 from aegisbench.errors import BadInput  # noqa: E402
 from aegisbench.executor import Executor, map_tasks  # noqa: E402
-from test_executor import die_once, fail_on_three, materialize, slow_square, tiny_params  # noqa: E402
+from test_executor import die_once, fail_on_three, reference_build, slow_square  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = Executor("ray", workers=2)
@@ -45,12 +45,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """Source tables and the local (in-process) reference build."""
-    root = tmp_path_factory.mktemp("ray")
-    params = tiny_params(root, rows_per_shard=1)
-    materialize(params)
-    build_repo(params, out=root / "ref", progress=False, executor=Executor("local", 1))
-    return root, params
+    return reference_build(tmp_path_factory.mktemp("ray"))
 
 
 def _manifest(path: Path) -> bytes:
