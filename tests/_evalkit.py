@@ -1,5 +1,5 @@
-"""Shared helpers of test_validate.py and test_evaluate.py: one tiny dataset repo per
-session (built by the real pipeline) and submissions made from its ground truth."""
+"""Shared test helpers: tiny versions of params.yaml, one tiny dataset repo per session
+(built by the real pipeline) and submissions made from its ground truth."""
 
 from __future__ import annotations
 
@@ -27,21 +27,34 @@ WARP_LEVELS = [0.1]  # -> config warp_noise_100 (smoke track)
 _CACHE: dict[str, Path] = {}
 
 
+def tiny_params(root: Path, sources: dict, conditions=(), compound=(), warp_levels=(), dataset: str = "repo",
+                firespread: dict | None = None, **build) -> Params:
+    """The checkout's params.yaml shrunk for a test: ``sources`` options, the given
+    conditions, a fire-spread section only when asked for, data under ``root``."""
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    for name, opts in sources.items():
+        raw["sources"][name]["options"] = opts
+    raw["build"].update(conditions=list(conditions), compound=list(compound),
+                        warp_noise_levels=list(warp_levels), **build)
+    raw["firespread"] = dict(firespread) if firespread else {"enabled": False}
+    raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / dataset)}
+    return Params.from_dict(raw)
+
+
+def materialize(params: Params) -> None:
+    """Write the source tables of every source of ``params``."""
+    for src in params.sources:
+        materialize_source(src, params.benchmark_version, params.sources_dir)
+
+
 def tiny_repo(tmp_path_factory) -> Path:
     """Build (once per session) a repo with both detection tracks and CONDITIONS."""
     if "repo" not in _CACHE:
-        root = tmp_path_factory.mktemp("evalrepo")
-        raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-        for name, opts in TINY.items():
-            raw["sources"][name]["options"] = opts
-        raw["build"].update(conditions=CONDITIONS, compound=COMPOUND, warp_noise_levels=WARP_LEVELS)
-        raw["firespread"] = {"enabled": False}  # the detection tracks only
-        raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "aegisbench")}
-        params = Params.from_dict(raw)
-        for src in params.sources:
-            materialize_source(src, params.benchmark_version, root / "sources")
+        params = tiny_params(tmp_path_factory.mktemp("evalrepo"), TINY, CONDITIONS, COMPOUND, WARP_LEVELS,
+                             dataset="aegisbench")
+        materialize(params)
         build_repo(params, progress=False)
-        _CACHE["repo"] = root / "aegisbench"
+        _CACHE["repo"] = Path(params.dataset_dir)
     return _CACHE["repo"]
 
 

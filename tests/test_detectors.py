@@ -14,13 +14,13 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
 from aegisbench.cli import main
 from aegisbench.detectors.interface import Detector, DetectorOptions, load_detector, resolve_device
 from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect, staging_for
 from aegisbench.detectors.tiling import TilingParams
 from aegisbench.errors import BadInput
-from aegisbench.params import Params
+from _evalkit import materialize, tiny_params
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"synthetic_sar": {"n_train": 3, "n_val": 2, "n_test": 2, "images_per_flight": 1, "large_fraction": 0.0},
@@ -32,15 +32,8 @@ FAST = ["--conf", "0", "--batch", "4", "--no-progress"]  # untrained nets score 
 def env(tmp_path_factory):
     """A tiny repo (clean + low_light_s3 + one WARP noise level) and saved checkpoints."""
     root = tmp_path_factory.mktemp("det")
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for name, opts in TINY.items():
-        raw["sources"][name]["options"] = opts
-    raw["build"].update(conditions=["low_light_s3"], compound=[], warp_noise_levels=[0.1])
-    raw["firespread"] = {"enabled": False}  # the detection tracks only
-    raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "repo")}
-    params = Params.from_dict(raw)
-    for src in params.sources:
-        materialize_source(src, params.benchmark_version, root / "sources")
+    params = tiny_params(root, TINY, ["low_light_s3"], warp_levels=[0.1])
+    materialize(params)
     build_repo(params, progress=False)
 
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
 from aegisbench.builders.manifest import verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
+from _evalkit import materialize, tiny_params as evalkit_params
 from aegisbench.params import Params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,19 +31,9 @@ TINY_FIRESPREAD = {"grid": [12, 12], "realizations": 6, "s_levels": [0, 20], "in
 def tiny_params(root: Path, rows_per_shard: int = 2, firespread: bool = True) -> Params:
     """Two synthetic sources (clean + low_light_s3 + one WARP level), a tiny fire-spread
     section, data under ``root``."""
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for name, opts in TINY_SOURCES.items():
-        raw["sources"][name]["options"] = opts
-    raw["build"].update(conditions=["low_light_s3"], compound=[], warp_noise_levels=[0.1],
-                        rows_per_shard=rows_per_shard, workers=1)
-    raw["firespread"] = dict(TINY_FIRESPREAD) if firespread else {"enabled": False}
-    raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "repo")}
-    return Params.from_dict(raw)
-
-
-def materialize(params: Params) -> None:
-    for src in params.sources:
-        materialize_source(src, params.benchmark_version, params.sources_dir)
+    return evalkit_params(root, TINY_SOURCES, ["low_light_s3"], warp_levels=[0.1],
+                          firespread=TINY_FIRESPREAD if firespread else None, rows_per_shard=rows_per_shard,
+                          workers=1)
 
 
 def reference_build(root: Path) -> tuple[Path, Params]:
