@@ -115,6 +115,13 @@ def staging_dir(out: Path, params: Params, tasks: list[ShardTask], src_hash: str
     return out.parent / f".{out.name}.staging-{key[:16]}"
 
 
+def drop_partial_writes(root: Path) -> None:
+    """Delete the temp files of writes that never reached their rename (atomic writes
+    use ``*.tmp`` names), so they are not left in a finished repo."""
+    for leftover in root.rglob("*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
 def _run_task(args) -> ShardEntry:
     task, root, transform = args
     done = finished_entry(task, root)
@@ -140,8 +147,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         if stale != staging:
             shutil.rmtree(stale, ignore_errors=True)
     staging.mkdir(parents=True, exist_ok=True)
-    for leftover in staging.rglob("*.tmp"):  # half-written files of a killed run
-        leftover.unlink()
+    drop_partial_writes(staging)  # half-written files of a killed run
     by_name = {s.name: s for s in specs}
     transforms = {s.name: s.transform(params) for s in specs}
     jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
@@ -152,6 +158,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         entries.append(e)
         bar.update()
     bar.close()
+    drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
     metas = {s.name: s.meta for s in specs}
     descriptions = {s.name: s.description for s in by_name.values()}
     sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
