@@ -165,15 +165,14 @@ def cmd_preview(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from aegisbench.executor import export_env
     from aegisbench.pipeline import PAGE, check_runnable, dvc_repro, fast_params, prepare_project
-    from aegisbench.readers import read_yaml
     checkout = Path.cwd()
     check_runnable(checkout)
     params = Params.load(args.params)  # validates before anything runs
-    from aegisbench.executor import export_env
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
     if args.fast:
-        project = prepare_project(checkout, args.fast_dir, fast_params(read_yaml(args.params, "params file")))
+        project = prepare_project(checkout, args.fast_dir, fast_params(params.raw))
     else:
         if Path(args.params).resolve() != (checkout / "params.yaml").resolve():
             raise BadInput("dvc repro reads ./params.yaml; edit it (or use --fast)", where="--params")
