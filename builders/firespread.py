@@ -36,7 +36,7 @@ import numpy as np
 from aegisbench.atomic import atomic_write_text
 from aegisbench.firespread.ensemble import burn_counts, z_moments
 from aegisbench.firespread.layout import InitialCondition, make_initial_condition
-from aegisbench.firespread.model import Ensemble, HeatModel, simulate
+from aegisbench.firespread.model import Ensemble, SeedModel, simulate
 from aegisbench.firespread.params import FirespreadParams
 from aegisbench.hashing import bytes_sha256
 from aegisbench.builders.hfrepo import ShardEntry, features_schema, write_rows_shard
@@ -72,7 +72,8 @@ FIRESPREAD_FEATURES: dict[str, datasets.Features] = {
     }),
     "statistic": datasets.Features({
         **_COMMON,
-        "n_realizations": _I32,
+        "n_realizations": _I32,          # realizations counted: held_out_realizations .. realizations-1
+        "held_out_realizations": _I32,   # realizations 0..n-1: scored, never in the statistic
         "n_frames": _I32,
         "burn_counts": datasets.List(datasets.List(datasets.List(_I32))),
         "z_mean": datasets.List(datasets.Value("float64")),
@@ -83,6 +84,7 @@ FIRESPREAD_FEATURES: dict[str, datasets.Features] = {
         "forecast_horizon": _I32,
         "forecast_threshold": datasets.Value("float64"),
         "eval_realizations": _I32,
+        "ece_bins": _I32,
     }),
 }
 _SCHEMAS = {k: features_schema(v) for k, v in FIRESPREAD_FEATURES.items()}
@@ -107,11 +109,11 @@ def stream_parts(version: str, ic: int, s_level: int) -> tuple:
 
 
 def run_ensemble(params: FirespreadParams, version: str, ic: InitialCondition, s_level: int,
-                 start: int = 0, stop: int | None = None, backend: str = "numpy") -> Ensemble:
+                 start: int = 0, stop: int | None = None) -> Ensemble:
     """Realizations ``start..stop-1`` of the ensemble of ``(ic, s_level)``."""
     stop = params.realizations if stop is None else stop
-    return simulate(ic, HeatModel.from_params(params), params.p_ignite(s_level),
-                    stream_parts(version, ic.index, s_level), np.arange(start, stop), backend=backend)
+    return simulate(ic, SeedModel.from_params(params), params.p_ignite(s_level),
+                    stream_parts(version, ic.index, s_level), np.arange(start, stop))
 
 
 def _common_row(ic: InitialCondition, s_level: int, p: float) -> dict:
@@ -185,17 +187,19 @@ class FirespreadTask:
         rows, content = [], []
         for i in self.ics:
             ic = make_initial_condition(p, self.version, i)
-            ens = run_ensemble(p, self.version, ic, s)
+            held = fc.eval_realizations  # realizations 0..held-1 are scored: never in the statistic
+            ens = run_ensemble(p, self.version, ic, s, held, p.realizations)
             t_max = max(ens.t_max, fc.observe + fc.horizon)
             counts = burn_counts(ens.ignition_time, t_max)
             zm, zv = z_moments(ens.ignition_time, ic.n_trees, t_max + 1)
-            rows.append({**_common_row(ic, s, p.p_ignite(s)), "n_realizations": p.realizations,
-                         "n_frames": t_max + 1, "burn_counts": [list(c) for c in counts],
+            rows.append({**_common_row(ic, s, p.p_ignite(s)), "n_realizations": p.realizations - held,
+                         "held_out_realizations": held, "n_frames": t_max + 1, "burn_counts": [list(c) for c in counts],
                          "z_mean": zm, "z_var": zv, "max_steps_reached": ens.t_max,
                          "truncated_realizations": int(ens.truncated.sum()),
                          "forecast_observe": fc.observe, "forecast_horizon": fc.horizon,
-                         "forecast_threshold": fc.threshold, "eval_realizations": fc.eval_realizations})
-            content.append([STATISTIC_CONFIG, i, s, p.realizations, _ic_digest(ic), t_max,
+                         "forecast_threshold": fc.threshold, "eval_realizations": fc.eval_realizations,
+                         "ece_bins": fc.ece_bins})
+            content.append([STATISTIC_CONFIG, i, s, p.realizations - held, held, _ic_digest(ic), t_max,
                             bytes_sha256(counts.astype("<i4").tobytes()),
                             bytes_sha256(zm.astype("<f8").tobytes() + zv.astype("<f8").tobytes())])
         return rows, content

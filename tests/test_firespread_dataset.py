@@ -70,13 +70,17 @@ def test_repo_verifies_loads_and_statistic_matches_realizations(repo):
     for row in st:
         if row["s_level"] != 30:
             continue
-        sel = [i for i, ic in enumerate(real["initial_condition"]) if ic == row["initial_condition"]]
+        held = int(row["held_out_realizations"])
+        assert held == row["eval_realizations"] >= 1
+        # the statistic counts exactly the realizations that are not scored (held-out truth)
+        sel = [i for i, ic in enumerate(real["initial_condition"])
+               if ic == row["initial_condition"] and real[i]["realization"] >= held]
         tau = np.stack([np.stack(real[i]["ignition_time"]) for i in sel])
         counts = np.stack([np.stack(c) for c in row["burn_counts"]])
         assert np.array_equal(counts, burn_counts(tau, len(counts) - 1))
         zm, zv = z_moments(tau, int(row["n_trees"]), len(counts))
         assert np.allclose(zm, row["z_mean"]) and np.allclose(zv, row["z_var"])
-        assert row["n_realizations"] == 24 and row["forecast_observe"] == 4
+        assert row["n_realizations"] == 24 - held == len(sel) and row["forecast_observe"] == 4
     # tampering is caught
     shard = path / m["configs"]["firespread_s0"]["splits"]["firespread"]["shards"][0]["path"]
     copy = repo / "tampered"
@@ -116,6 +120,81 @@ def test_baselines_validate_and_evaluate(repo, capsys):
     pers = score_submission(repo / "subs" / "firespread_persistence", path, n_boot=20).to_pylist()
     b = [r["value"] for r in pers if r["metric"] == "brier" and r["config"] == "firespread_s0" and r["t"] == 10]
     assert b[0] > 0  # persistence misses the spread
+
+
+def test_held_out_truth_ece_floor_pooled_strata_and_report(repo, tmp_path, capsys):
+    path = repo / "repo"
+    res = tmp_path / "results"
+    for name in ("oracle", "persistence"):
+        assert cli.main(["firespread-evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(path),
+                         "--out", str(res / f"firespread_{name}"), "--n-boot", "30", "--bins", "15"]) == 0
+    # the scored realizations are not in the statistic: the oracle no longer scores Brier 0
+    # against them at S30, but its ECE floor is reported beside its ECE
+    rows = pq.read_table(res / "firespread_oracle" / "metrics.parquet").to_pylist()
+    cell = {(r["config"], r["t"], r["stratum"], r["metric"]): r for r in rows}
+    floor = cell[("firespread_s30", None, "all", "ece_floor")]
+    assert floor["lo"] <= floor["value"] <= floor["hi"] and floor["value"] > 0
+    assert cell[("firespread_s30", None, "all", "brier")]["value"] > 0
+    assert cell[("firespread_s0", None, "all", "ece_floor")]["value"] == 0.0
+    # strata pooled over S-levels: the pooled "all" cell counts the pixels of both configs
+    strata = pq.read_table(res / "firespread_oracle" / "strata.parquet")
+    assert strata.schema.equals(RESULT_SCHEMA)
+    pooled = {(r["stratum"], r["metric"]): r for r in strata.to_pylist()}
+    assert {r["config"] for r in strata.to_pylist()} == {"firespread_pooled"}
+    n_all = sum(cell[(c, None, "all", "brier")]["n"] for c in ("firespread_s0", "firespread_s30"))
+    assert pooled[("all", "brier")]["n"] == n_all
+    b = [cell[(c, None, "all", "brier")] for c in ("firespread_s0", "firespread_s30")]
+    assert pooled[("all", "brier")]["value"] == pytest.approx(sum(r["value"] * r["n"] for r in b) / n_all)
+    assert any(k[0].startswith("var_z:") for k in pooled)
+    # the report: Fig. 3 data equal the statistic's z_var, the table holds both results
+    out = tmp_path / "report"
+    assert cli.main(["firespread-report", "--dataset", str(path), "--results", str(res), "--out", str(out)]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "f2r_vs_f2s.csv", "sd_zt.csv", "sd_zt.png"]
+    assert (out / "sd_zt.png").read_bytes()[:4] == b"\x89PNG"
+    import polars as pl
+    sd = pl.read_csv(out / "sd_zt.csv")
+    st = datasets.load_dataset(str(path), "firespread_statistic")["firespread"]
+    for row in st:
+        got = sd.filter((pl.col("s_level") == row["s_level"]) & (pl.col("initial_condition") == row["initial_condition"]))
+        assert np.allclose(got.sort("t")["sd_z"].to_numpy(), np.sqrt(row["z_var"]), atol=1e-5)
+    assert (sd.filter(pl.col("s_level") == 0)["sd_z"] == 0).all()
+    table = pl.read_csv(out / "f2r_vs_f2s.csv")
+    assert set(table["submission"]) == {"firespread_oracle", "firespread_persistence"}
+    assert {"f1", "brier", "ece", "ece_floor", "f1_sd_maps"} <= set(table["metric"])
+    md = (out / "README.md").read_text()
+    assert "F2R vs F2S" in md and "| all |" in md
+    # a results folder without strata.parquet is refused, nothing replaced
+    (res / "firespread_persistence" / "strata.parquet").unlink()
+    assert cli.main(["firespread-report", "--dataset", str(path), "--results", str(res), "--out", str(out),
+                     ]) == 0  # default: only folders that hold strata.parquet
+    assert set(pl.read_csv(out / "f2r_vs_f2s.csv")["submission"]) == {"firespread_oracle"}
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    from aegisbench.errors import BadInput
+    from aegisbench.firespread.report import write_report
+    with pytest.raises(BadInput, match="strata.parquet"):
+        write_report(path, res, out, submissions=["firespread_persistence"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the last good report is kept
+
+
+def test_leaderboard_shows_fig3_and_the_f2r_f2s_table(repo, tmp_path, capsys):
+    path = repo / "repo"
+    res = tmp_path / "results"
+    for name in ("oracle", "persistence"):
+        assert cli.main(["evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(path),
+                         "--results", str(res), "--n-resamples", "30"]) == 0
+    assert (res / "firespread_oracle" / "strata.parquet").is_file()
+    lb = tmp_path / "lb"
+    assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(path), "--out", str(lb)]) == 0
+    assert sorted(p.name for p in (lb / "firespread").iterdir()) == ["README.md", "f2r_vs_f2s.csv", "sd_zt.csv",
+                                                                     "sd_zt.png"]
+    html = (lb / "site" / "index.html").read_text()
+    assert 'id="firespread-report"' in html and "plots/firespread-sd_zt.png" in html
+    assert html.count("F2R vs F2S by Var[Z_t]") == 2 and "ECE floor" in html
+    assert (lb / "site" / "plots" / "firespread-sd_zt.png").read_bytes() == (lb / "firespread" / "sd_zt.png").read_bytes()
+    again = tmp_path / "lb2"
+    assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(path), "--out", str(again)]) == 0
+    for f in ("firespread/sd_zt.png", "firespread/f2r_vs_f2s.csv", "site/index.html"):
+        assert (lb / f).read_bytes() == (again / f).read_bytes()  # same results, same bytes
 
 
 def _broken(repo, tmp_path, mutate) -> str:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from sklearn.calibration import calibration_curve as sk_calibration_curve
-from sklearn.metrics import average_precision_score, brier_score_loss, precision_recall_curve, auc
+from sklearn.metrics import (auc, average_precision_score, brier_score_loss, f1_score, precision_recall_curve,
+                             precision_score, recall_score)
 
 from aegisbench.firespread.ensemble import burn_counts, burnt_masks, dice
 from aegisbench.firespread.layout import make_initial_condition
-from aegisbench.firespread.model import HeatModel, simulate
+from aegisbench.firespread.model import SeedModel, simulate
 from aegisbench.firespread.params import FirespreadParams
-from aegisbench.firespread.scoring import (MapSet, ScoreConfig, _Cell, ap_rows, dice_label, score_mapset,
-                                           var_label, weighted_pr_areas)
+from aegisbench.firespread.scoring import (MapSet, ScoreConfig, _Cell, ap_rows, dice_label, distinct_ranks,
+                                           score_mapset, var_label, weighted_pr_areas)
 from aegisbench import metrics as M  # after scoring: see the import-order note there
 
 
@@ -47,9 +48,11 @@ def test_metrics_match_sklearn_with_ties_at_bin_edges(seed):
     nk = np.bincount(binids, minlength=10)
     nk = nk[nk > 0]
     assert pt["ece"] == pytest.approx(np.sum(nk / len(p) * np.abs(prob_true - prob_pred)), abs=1e-12)
-    tp = np.sum((p >= 0.5) & y)
-    assert pt["precision"] == pytest.approx(tp / np.sum(p >= 0.5))
-    assert pt["recall"] == pytest.approx(tp / y.sum())
+    # seed 003's convention: burnt iff p > 0.5 (cells at exactly 0.5 are not burnt)
+    assert (p == 0.5).sum() > 50
+    assert pt["precision"] == pytest.approx(precision_score(y, p > 0.5), abs=1e-12)
+    assert pt["recall"] == pytest.approx(recall_score(y, p > 0.5), abs=1e-12)
+    assert pt["f1"] == pytest.approx(f1_score(y, p > 0.5), abs=1e-12)
     dec = {k: pt[f"brier_{k}"] for k in ("reliability", "resolution", "uncertainty", "residual")}
     assert pt["brier"] == pytest.approx(dec["reliability"] - dec["resolution"] + dec["uncertainty"] + dec["residual"])
 
@@ -107,7 +110,7 @@ def test_interval_resamples_units_not_pixels():
 
 def test_oracle_is_calibrated_against_the_ensemble_while_recall_varies():
     p = FirespreadParams.from_dict({"grid": [20, 20], "realizations": 120})
-    m = HeatModel.from_params(p)
+    m = SeedModel.from_params(p)
     ics = [make_initial_condition(p, "oracle-test", i) for i in range(3)]
     frames = np.arange(6, 24, 3)
     recall, ece_same, ece_heldout = {}, {}, {}
@@ -132,3 +135,66 @@ def test_oracle_is_calibrated_against_the_ensemble_while_recall_varies():
     assert all(v < 1e-9 for v in ece_same.values()), ece_same  # calibrated by construction on its own ensemble
     assert all(v < 0.02 for v in ece_heldout.values())  # and on realizations it has not seen
     assert recall[0] == 1.0 and recall[10] < 0.999 and recall[30] < recall[10]
+
+
+def test_ece_floor_is_the_statistics_own_ece_on_its_own_realizations():
+    # outcomes drawn from the statistic itself: ece_floor equals the ECE of the oracle against
+    # them, computed directly; the submission's own forecast does not enter it
+    rng = np.random.default_rng(11)
+    n_maps, hw = 24, 64
+    o = rng.random((n_maps, hw)).round(2)
+    y = rng.random((n_maps, hw)) < o
+    yf = rng.random((n_maps, hw)) < o
+    unit = np.arange(n_maps) % 3
+    rows = {}
+    for p in (o, np.zeros_like(o) + 0.3):
+        ms = MapSet(p=p, y=y, unit=unit, t=np.repeat([1, 2], 12), oracle=o, floor_y=yf)
+        got, _ = score_mapset(ms, ScoreConfig(n_boot=50, n_bins=15), ("floor",))
+        rows[p is o] = {(r["t"], r["stratum"], r["metric"]): r for r in got}
+    key = (None, "all", "ece_floor")
+    assert rows[True][key]["value"] == pytest.approx(M.expected_calibration_error(o.ravel(), yf.ravel(), 15),
+                                                     abs=1e-12)
+    assert rows[True][key]["value"] == rows[False][key]["value"]
+    assert rows[True][key]["lo"] <= rows[True][key]["value"] <= rows[True][key]["hi"]
+    # the oracle scored on y is as far from 0 as the floor is: both are finite-sample noise
+    ece = rows[True][(None, "all", "ece")]["value"]
+    assert ece == pytest.approx(M.expected_calibration_error(o.ravel(), y.ravel(), 15), abs=1e-12)
+    assert (1, "all", "ece_floor") in rows[True]
+    with pytest.raises(ValueError, match="oracle"):
+        MapSet(p=o, y=y, unit=unit, floor_y=yf)
+
+
+def test_cells_pooled_from_atoms_equal_cells_scored_directly():
+    # score_mapset gathers each map once (atoms = maps in the same frame and strata) and pools
+    # the sufficient statistics; every cell must equal the same pixels scored on their own
+    rng = np.random.default_rng(5)
+    n_maps, hw = 60, 48
+    p = (rng.integers(0, 40, (n_maps, hw)) / 39).astype(np.float32)  # ties across maps
+    y = rng.random((n_maps, hw)) < p
+    o = np.clip(p + rng.normal(0, 0.05, p.shape), 0, 1).round(3)
+    yf = rng.random((n_maps, hw)) < o
+    t = np.tile(np.arange(1, 6), 12)
+    var = rng.choice([0.0, 0.5, 5.0, 50.0], n_maps)
+    dc = rng.random(n_maps)
+    ms = MapSet(p=p, y=y, unit=np.arange(n_maps) % 4, t=t, var_z=var, dice=dc, oracle=o, floor_y=yf)
+    cfg = ScoreConfig(n_boot=20)
+    rows, _ = score_mapset(ms, cfg, ("atoms",))
+    got = {(r["t"], r["stratum"], r["metric"]): r["value"] for r in rows}
+    labels = {"var": np.array([var_label(v) for v in var]), "dice": np.array([dice_label(d) for d in dc])}
+    cases = [(None, "all", np.arange(n_maps)), (3, "all", np.flatnonzero(t == 3))]
+    cases += [(None, lab, np.flatnonzero(labels["var"] == lab)) for lab in set(labels["var"])]
+    cases += [(None, lab, np.flatnonzero(labels["dice"] == lab)) for lab in set(labels["dice"])]
+    for tt, stratum, sel in cases:
+        u = np.repeat(ms.unit[sel], hw)
+        direct = _Cell(p[sel].ravel(), y[sel].ravel(), u, o[sel].ravel(), 4, cfg, yf[sel].ravel()).point()
+        for metric, value in direct.items():
+            assert got[(tt, stratum, metric)] == pytest.approx(value, abs=1e-12), (tt, stratum, metric)
+
+
+def test_distinct_ranks_equal_numpy_unique():
+    rng = np.random.default_rng(3)
+    for p in (rng.random((30, 20)).astype(np.float16).astype(np.float32),  # the float16 path
+              rng.random((30, 20)).astype(np.float32), rng.random(50), np.array([0.0, 1.0, 0.0], np.float16)):
+        s, r = distinct_ranks(p)
+        s2, r2 = np.unique(p, return_inverse=True)
+        assert np.array_equal(s, s2) and s.dtype == p.dtype and np.array_equal(r, np.asarray(r2).reshape(p.shape))

@@ -5,40 +5,46 @@ Modules:
 
 * :mod:`~aegisbench.firespread.params` - the ``firespread:`` section of ``params.yaml``;
 * :mod:`~aegisbench.firespread.layout` - initial conditions (forest layout, fire seeds);
-* :mod:`~aegisbench.firespread.model` - the heat-accumulation CA (numpy, sparse, bit-exact),
-  :mod:`~aegisbench.firespread.torch_backend` (dense, CPU/CUDA) and the counter-based
-  random streams of :mod:`~aegisbench.firespread.streams`;
+* :mod:`~aegisbench.firespread.model` - seed 003's model exactly (its NetLogo generator: 4-neighbour
+  asks in random order, Moore heat sums, one p_ignite trial per ask, embers cooling by ``q_die``
+  for 12 ticks), a compiled kernel; :func:`simulate_realizations` is the public entry point,
+  with the per-realization random streams of :mod:`~aegisbench.firespread.streams`;
 * :mod:`~aegisbench.firespread.ensemble` - fire maps, burn counts, ``Z_t`` moments, Dice;
 * :mod:`~aegisbench.firespread.truth` - reading the built configs back;
 * :mod:`~aegisbench.firespread.submission` - forecast Parquet layout and validation;
 * :mod:`~aegisbench.firespread.scoring` / :mod:`~aegisbench.firespread.evaluate` - scores;
+* :mod:`~aegisbench.firespread.report` - Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S table;
 * :mod:`~aegisbench.firespread.forecasters` / :mod:`~aegisbench.firespread.convlstm` - baselines;
 * :mod:`~aegisbench.firespread.ndws` - Next Day Wildfire Spread TFRecords without TensorFlow;
 * :mod:`~aegisbench.firespread.commands` - the ``firespread-*`` CLI commands.
 
-Where Appendix B of seed 003 leaves the model open, these choices are made (and are
-what the numbers mean):
+What the numbers mean:
 
-1. Eq. (6) is used as written: a tree gains the heat ``q`` of every FIRE neighbour in
-   ``N_R``; embers add ``q_die`` each. Heat saturates at the seed heat
-   ``I_seed * q_threshold`` (without a bound, eq. (6) triples the heat at every step of
-   a straight front). Heat is exact fixed point (1024 units per ``q_threshold``).
-2. ``p_ignite`` is one Bernoulli trial per step in which a tree gains heat and is above
-   ``q_threshold`` (the heat crossing "triggers" the state change). A tree next to a
-   fire therefore gets a few chances (fire step + ember steps), not infinitely many, so
-   fires can die out at high S-levels as §3.3 describes; the seeds get one trial at step 1.
-3. Fire lasts one step; an ember radiates ``q_die`` and loses ``q_die`` per step and
-   goes dark (dead) once its heat is no longer above ``q_threshold``. With the defaults
-   (``I_seed = 1.5``, ``q_die = 0.5``) an ember radiates for exactly one step.
-4. The defaults (iid forest density 0.45 on 64x64, two seeds in the central half, Moore
-   radius 1) put the CA near its percolation threshold, where ``Var[Z_t]`` at the end of
-   the run rises from 0 at S-Level 0, peaks around S-Level 20 and falls again as fires
-   die early (seed 003 Fig. 3).
-5. Frame ``t`` is the burnt mask after ``t`` steps (``0 <= ignition_time <= t``);
-   ``Z_t`` counts unburnt trees. The forecast target is the burnt mask; Dice strata use
-   successive burnt masks, with Dice(empty, empty) = 1.
-6. The ensemble oracle is the *unconditional* statistic. Its Brier against one
-   realization is the floor for forecasts that do not use the observed frames; a
-   forecaster that conditions on the first frames can go below it (negative
-   ``excess_brier``), which is information, not an error.
+1. The model is the seed's released generator (Appendix B), not a re-reading of its prose:
+   see :mod:`~aegisbench.firespread.model`. ``S-Level = (1 - p_ignite) * 100`` is, on a
+   one-cell corridor, exactly one minus the per-link ignition probability. The seed's
+   parameters are the defaults (64x64, density 0.72, q_threshold 5, I_seed 3, q_die 3, 3 seeds).
+2. Frame ``t`` is the burnt mask ``0 <= ignition_time <= t``; the seeds burn at frame 1 and
+   the front advances one orthogonal step per tick at S-Level 0. ``Z_t`` counts unburnt trees.
+   The Dice strata use successive burnt masks, with Dice(empty, empty) = 1.
+3. Held-out truth: realizations ``0..eval_realizations-1`` of each test ensemble are the
+   ones forecasts are scored against; the statistic (the oracle, the F2S reference) counts
+   only the others. The next ``eval_realizations`` realizations of the statistic give the
+   ECE floor: what a perfectly calibrated forecaster scores on that many cells.
+4. A cell is forecast burnt iff ``p > threshold`` (0.5), as in the seed; ECE uses
+   ``ece_bins`` uniform bins (10, the seed's calibration-curve choice; it uses 15 in its
+   Var[Z_t] studies).
+5. The ensemble oracle is the *unconditional* statistic. A forecaster that conditions on
+   the observed frames can beat its Brier (negative ``excess_brier``): information, not an error.
 """
+
+__all__ = ["simulate_realizations"]
+
+
+def __getattr__(name: str):
+    """``aegisbench.firespread.simulate_realizations`` without importing the kernel on every
+    ``aegisbench.firespread.*`` import."""
+    if name == "simulate_realizations":
+        from aegisbench.firespread.model import simulate_realizations
+        return simulate_realizations
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

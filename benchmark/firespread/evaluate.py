@@ -9,6 +9,9 @@ frames pooled), ``stratum`` (``all``, ``var_z:<bin>``, ``dice:<bin>``) and ``n_u
 is ``stochasticity``, ``family`` is ``firespread`` and ``severity`` the S-level; ``n`` is
 the number of scored pixels (maps for ``*_sd_maps``). ``calibration.parquet`` holds the
 calibration curve of every config and ``calibration.png`` draws them.
+``strata.parquet`` (same columns) holds the all-frames cells pooled over every S-level
+(config ``firespread_pooled``, severity null): stratum ``all`` and each ``Var[Z_t]``
+stratum, the table behind seed 003's F2R-vs-F2S finding (Figs. 6-7).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from aegisbench.atomic import atomic_path
 from aegisbench.errors import BadInput
 from aegisbench.firespread import forecasters as F
 from aegisbench.firespread.ensemble import burnt_masks, dice
-from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset
+from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset, score_pooled
 from aegisbench.firespread.submission import (FORECASTS, Key, expected_keys, read_forecasts, read_meta,
                                               write_submission)
 from aegisbench.firespread.truth import TRAIN_SPLIT, EnsembleTruth, TaskSpec, firespread_levels, \
@@ -37,6 +40,8 @@ RESULT_SCHEMA = pa.schema([
     ("corruption", pa.string()), ("family", pa.string()), ("severity", pa.int32()), ("metric", pa.string()),
     ("value", pa.float64()), ("lo", pa.float64()), ("hi", pa.float64()), ("n", pa.int64()),
     ("t", pa.int32()), ("stratum", pa.string()), ("n_units", pa.int32())])
+POOLED_CONFIG = "firespread_pooled"
+STRATA_FILE = "strata.parquet"
 CALIBRATION_SCHEMA = pa.schema([("submission", pa.string()), ("config", pa.string()), ("severity", pa.int32()),
                                 ("prob_pred", pa.float64()), ("prob_true", pa.float64()), ("count", pa.int64())])
 
@@ -74,14 +79,17 @@ def mapset_for(s_level: int, maps: dict[Key, np.ndarray], truth: dict[tuple[int,
                task: TaskSpec) -> MapSet:
     """The scored maps of one S-level: forecast, observed realization, oracle, strata."""
     ics = sorted(ic for s, ic in truth if s == s_level)
-    p, y, o, unit, t, var, dc = [], [], [], [], [], [], []
+    p, y, o, unit, t, var, dc, yf = [], [], [], [], [], [], [], []
     frames = task.frames
     for u, ic in enumerate(ics):
         et = truth[(s_level, ic)]
         prob = et.probability(frames)
         vz = et.variance(frames)
+        floor = et.floor_ignition_time
         for j, r in enumerate(et.realizations):
             masks = burnt_masks(et.ignition_time[j], np.r_[frames[0] - 1, frames])
+            if floor is not None:
+                yf.extend(burnt_masks(floor[j], frames))
             d = dice(masks[:-1], masks[1:])
             for i, f in enumerate(frames):
                 p.append(maps[(f"firespread_s{s_level}", ic, int(r), int(f))])
@@ -92,34 +100,39 @@ def mapset_for(s_level: int, maps: dict[Key, np.ndarray], truth: dict[tuple[int,
                 var.append(vz[i])
                 dc.append(d[i])
     return MapSet(p=np.array(p), y=np.array(y), unit=np.array(unit), t=np.array(t), var_z=np.array(var),
-                  dice=np.array(dc), oracle=np.array(o))
+                  dice=np.array(dc), oracle=np.array(o), floor_y=np.array(yf) if yf else None)
 
 
 def score_submission(submission: str | Path, dataset: str | Path, out: str | Path | None = None,
-                     n_boot: int = 1000, n_bins: int = 10, threshold: float | None = None) -> pa.Table:
+                     n_boot: int = 1000, n_bins: int | None = None, threshold: float | None = None) -> pa.Table:
     """Validate, score every config and (if ``out``) write ``metrics.parquet``,
     ``calibration.parquet`` and ``calibration.png``; returns the metrics table."""
     v = validate_submission(submission, dataset)
     truth, task = v["truth"], v["task"]
-    cfg = ScoreConfig(threshold=task.threshold if threshold is None else threshold, n_bins=n_bins, n_boot=n_boot)
+    cfg = ScoreConfig(threshold=task.threshold if threshold is None else threshold,
+                      n_bins=task.ece_bins if n_bins is None else n_bins, n_boot=n_boot)
     rows, cal_rows = [], []
+    pooled: dict = {}
+    common = {"submission": v["submission"], "track": "firespread", "source": "firespread",
+              "corruption": "stochasticity", "family": "firespread"}
     for s in sorted({s for s, _ in truth}):
         config = f"firespread_s{s}"
         ms = mapset_for(s, v["maps"], truth, task)
-        cell_rows, calib = score_mapset(ms, cfg, (config,))
-        for r in cell_rows:
-            rows.append({"submission": v["submission"], "track": "firespread", "source": "firespread",
-                         "config": config, "corruption": "stochasticity", "family": "firespread",
-                         "severity": s, **r})
+        cell_rows, calib = score_mapset(ms, cfg, (config,), collect=pooled)
+        rows += [{**common, "config": config, "severity": s, **r} for r in cell_rows]
         for pp, pt, c in zip(calib.get("prob_pred", []), calib.get("prob_true", []), calib.get("count", [])):
             cal_rows.append({"submission": v["submission"], "config": config, "severity": s,
                              "prob_pred": float(pp), "prob_true": float(pt), "count": int(c)})
         log.info("scored %s: %d maps", config, len(ms.p))
+        del ms  # one S-level's maps in memory at a time
     table = pa.Table.from_pylist(rows, schema=RESULT_SCHEMA)
+    strata = pa.Table.from_pylist([{**common, "config": POOLED_CONFIG, "severity": None, **r}
+                                   for r in score_pooled(pooled, cfg, (POOLED_CONFIG,))], schema=RESULT_SCHEMA)
     if out is not None:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         _write(table, out / "metrics.parquet")
+        _write(strata, out / STRATA_FILE)
         cal = pa.Table.from_pylist(cal_rows, schema=CALIBRATION_SCHEMA)
         _write(cal, out / "calibration.parquet")
         plot_calibration(cal, out / "calibration.png", title=f"{v['name']}: calibration (all forecast frames)")
@@ -162,8 +175,8 @@ def plot_calibration(cal: pa.Table, path: str | Path, title: str = "calibration"
 # ---------------------------------------------------------------- reference forecasters
 
 DESCRIPTIONS = {
-    "oracle": "Ensemble oracle: the statistic ground truth (burn frequency over all realizations of the "
-              "initial condition); ignores the observation. Its Brier is the floor of unconditional forecasts.",
+    "oracle": "Ensemble oracle: the statistic ground truth (burn frequency over the realizations of the "
+              "initial condition that are not scored); ignores the observation. Its Brier is the floor of unconditional forecasts.",
     "persistence": "Persistence: the last observed burnt mask, repeated for every forecast frame.",
     "spread_heuristic": "Geodesic-front heuristic: fire advances from the active front through trees at the "
                         "speed observed so far, as a linear ramp in probability.",

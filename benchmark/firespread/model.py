@@ -1,117 +1,113 @@
-"""The heat-accumulation cellular automaton of seed 003 (Appendix B), batched.
+"""Seed 003's stochastic fire-spread model (Appendix B and its released NetLogo code), exactly.
 
-Cell states: ``EMPTY`` (no tree, never changes), ``TREE`` (unburnt 'patch'),
-``FIRE``, ``EMBER``, ``DEAD``. Heat ``q`` is kept in exact fixed point
-(:data:`HEAT_UNITS` units per ``q_threshold``), so sums do not depend on order.
-One step ``t-1 -> t`` updates every realization synchronously:
+Cell states: ``EMPTY`` (no tree, never changes), ``TREE`` (green patch), ``FIRE``,
+``EMBER``, ``DEAD`` (burnt out). Fires and embers are *burning* (NetLogo's
+``p_ign_state = 1``) and their heat ``q`` counts for their neighbours.
 
-1. Heat transfer, eq. (6): every TREE cell gains ``sum q(k,l)`` over its FIRE
-   neighbours in ``N_R`` plus ``q_die`` per EMBER neighbour (embers "radiate heat at
-   a rate of q_die to adjacent non-fire patches"). At ``t = 1`` the seeds receive
-   ``I_seed * q_threshold``. Heat saturates at ``I_seed * q_threshold`` (a cell
-   holds at most a seed's heat; without a bound eq. (6) grows geometrically along
-   the front).
-2. Ignition: a TREE cell that gained heat in this step and whose heat exceeds
-   ``q_threshold`` draws one Bernoulli(``p_ignite``) trial; success -> FIRE, and
-   its ignition time is ``t``. ``S-Level = (1 - p_ignite) * 100``.
-3. FIRE -> EMBER (after one step of fire). An EMBER that radiated in this step
-   loses ``q_die``; when its heat is no longer above ``q_threshold`` it darkens
-   -> DEAD and stops radiating.
+Setup (frame 1): every fire seed gets heat ``I_seed * q_threshold`` and passes the same
+test as any tree: it ignites iff ``q > q_threshold`` and a uniform draw is below
+``p_ignite``. Then, per tick ``t = 1, 2, ...`` (NetLogo's ``go``), until nothing burns:
 
-The run ends at fuel depletion (no FIRE or EMBER cell in any realization) or at
-``max_steps``. The result is the per-cell ignition time (``-1``: never burnt);
-the burnt mask of frame ``t`` is ``0 <= ignition_time <= t`` and ``Z_t`` (unburnt
-trees) is ``n_trees - burnt``.
+1. The fires of this tick are asked in random order. Each asks its 4 orthogonal
+   neighbours that are still trees (``patches in-radius 1``), in random order, to
+   *ignite*: the tree adds to its heat the sum of the heat of its 8 Moore neighbours
+   that are burning at that moment (a cell ignited earlier in this tick counts at once;
+   an ember's heat may be negative), and if its heat exceeds ``q_threshold`` it ignites
+   with probability ``p_ignite`` -- one trial per ask. A cell ignited in tick ``t`` has
+   ignition time ``t + 1`` and asks in the next tick. The asking fire becomes an ember.
+2. Every ember loses ``q_die`` of heat (not floored) and dies after ``ember_ticks`` (12:
+   NetLogo's colour fades 0.3 a tick from red 15 to below 11.5).
 
-Randomness: the trial of cell ``c`` at step ``t`` in realization ``r`` uses the
-counter-based uniform of :mod:`aegisbench.firespread.streams` (key = SHA-256 of
-``key``), so results are identical for any batch size or split into blocks.
+The world is not wrapped. ``S-Level = (1 - p_ignite) * 100``; on a one-cell-wide
+corridor the per-link ignition probability is ``p_ignite``. Heat is float64 as in
+NetLogo and every draw comes, in the order the model makes them, from one SplitMix64
+stream per realization keyed by SHA-256 of the ensemble key and the realization index,
+so a realization is the same bytes in any batch, block or process. The kernel is
+compiled with numba (one thread); the result is the per-cell ignition time
+(``-1``: never burnt).
 
->>> from aegisbench.firespread.params import FirespreadParams
->>> from aegisbench.firespread.layout import make_initial_condition
->>> p = FirespreadParams.from_dict({"grid": [16, 16], "realizations": 4})
->>> ic = make_initial_condition(p, "0.1.0", 0)
->>> ens = simulate(ic, HeatModel.from_params(p), 0.8, ("doc", 0, 20), range(4))
->>> ens.ignition_time.shape, ens.ignition_time.dtype.name
-((4, 16, 16), 'int16')
->>> bool((simulate(ic, HeatModel.from_params(p), 0.8, ("doc", 0, 20), [2]).ignition_time[0] == ens.ignition_time[2]).all())
-True
+>>> import numpy as np
+>>> tree = np.ones((1, 8), bool)
+>>> simulate_realizations(tree, [(0, 0)], 0, 1)[0].tolist()
+[[1, 2, 3, 4, 5, 6, 7, 8]]
+>>> a = simulate_realizations(np.ones((16, 16), bool), [(8, 8)], 30, 5, seed=3)
+>>> b = simulate_realizations(np.ones((16, 16), bool), [(8, 8)], 30, 5, seed=3)
+>>> a.dtype.name, a.shape, bool((a == b).all())
+('int16', (5, 16, 16), True)
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
+import numba
 import numpy as np
 
 from aegisbench.firespread.layout import InitialCondition
 from aegisbench.firespread.params import FirespreadParams
-from aegisbench.firespread.streams import stream_key, uniforms_from_step_keys, step_keys
+from aegisbench.firespread.streams import mix64, stream_key
 
 log = logging.getLogger(__name__)
 
 EMPTY, TREE, FIRE, EMBER, DEAD = 0, 1, 2, 3, 4
-HEAT_UNITS = 1024  # fixed-point heat units per q_threshold
-MAX_CELLS_PER_BLOCK = 1 << 23  # realizations are processed in blocks of at most this many cells
+MAX_CELLS_PER_BLOCK = 1 << 23  # ignition-time output of one kernel call, in cells
 
 
 def neighbourhood_offsets(kind: str, radius: int) -> tuple[tuple[int, int], ...]:
-    """``(dy, dx)`` of ``N_R`` (the centre excluded): Moore = Chebyshev ball, von Neumann = L1 ball."""
+    """``(dy, dx)`` of a neighbourhood (the centre excluded): Moore = Chebyshev ball,
+    von Neumann = L1 ball (used by the spread-heuristic forecaster)."""
     out = []
     for dy in range(-radius, radius + 1):
         for dx in range(-radius, radius + 1):
-            if (dy, dx) == (0, 0):
-                continue
-            if kind == "von_neumann" and abs(dy) + abs(dx) > radius:
+            if (dy, dx) == (0, 0) or (kind == "von_neumann" and abs(dy) + abs(dx) > radius):
                 continue
             out.append((dy, dx))
     return tuple(out)
 
 
 @dataclass(frozen=True)
-class HeatModel:
-    """Physics of the CA in fixed-point heat units (see module docstring)."""
+class SeedModel:
+    """The physics of seed 003's model (defaults: the seed's parameters)."""
 
-    offsets: tuple[tuple[int, int], ...]
-    q_threshold: int
-    q_seed: int
-    q_die: int
+    q_threshold: float = 5.0
+    i_seed: float = 3.0
+    q_die: float = 3.0
+    ember_ticks: int = 12
     max_steps: int = 2000
 
     def __post_init__(self) -> None:
-        if not self.offsets:
-            raise ValueError("neighbourhood is empty")
-        if min(self.q_threshold, self.q_die) < 1:
-            raise ValueError("q_threshold and q_die must be positive")
-        if self.q_seed <= self.q_threshold:
-            raise ValueError("seed heat I_seed * q_threshold must exceed q_threshold (I_seed > 1)")
-        if not 1 <= self.max_steps < 32767:
-            raise ValueError("max_steps must lie in [1, 32766] (ignition times are int16)")
-        if self.q_seed * len(self.offsets) >= 1 << 30:
-            raise ValueError("heat would overflow int32")
+        for name in ("q_threshold", "i_seed", "q_die"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TypeError(f"{name} must be a number, got {v!r}")
+            if not np.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        for name, lo, hi in (("ember_ticks", 1, 1000), ("max_steps", 1, 32766)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an integer, got {v!r}")
+            if not lo <= v <= hi:
+                raise ValueError(f"{name} must lie in [{lo}, {hi}] (ignition times are int16), got {v}")
 
     @property
-    def radius(self) -> int:
-        return max(max(abs(dy), abs(dx)) for dy, dx in self.offsets)
-
-    @property
-    def q_max(self) -> int:
-        return self.q_seed
+    def q_seed(self) -> float:
+        return float(self.i_seed) * float(self.q_threshold)
 
     @classmethod
-    def from_params(cls, p: FirespreadParams) -> "HeatModel":
-        scale = HEAT_UNITS / p.q_threshold
-        return cls(offsets=neighbourhood_offsets(p.neighbourhood, p.radius), q_threshold=HEAT_UNITS,
-                   q_seed=int(round(p.i_seed * HEAT_UNITS)), q_die=max(1, int(round(p.q_die * scale))),
+    def from_params(cls, p: FirespreadParams) -> "SeedModel":
+        return cls(q_threshold=p.q_threshold, i_seed=p.i_seed, q_die=p.q_die, ember_ticks=p.ember_ticks,
                    max_steps=p.max_steps)
+
+
+MODEL_FIELDS = tuple(f.name for f in fields(SeedModel))
 
 
 @dataclass(frozen=True, eq=False)
 class Ensemble:
-    """Ignition times (n, H, W) int16 (-1 = never), the step each realization reached fuel
-    depletion, and whether it was cut at ``max_steps`` instead."""
+    """Ignition times (n, H, W) int16 (-1 = never), the ticks each realization ran until
+    nothing burnt, and whether it was cut at ``max_steps`` instead."""
 
     ignition_time: np.ndarray
     n_steps: np.ndarray
@@ -122,119 +118,199 @@ class Ensemble:
         return int(self.n_steps.max(initial=0))
 
 
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@numba.njit(cache=True, inline="always")
+def _uniform(st):
+    """Next uniform in [0, 1) of the SplitMix64 stream whose state is ``st[0]``."""
+    st[0] += _GAMMA
+    z = st[0]
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    z = z ^ (z >> np.uint64(31))
+    return float(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(cache=True)
+def _shuffle(a, n, st):
+    for i in range(n - 1, 0, -1):
+        j = int(_uniform(st) * (i + 1))
+        a[i], a[j] = a[j], a[i]
+
+
+@numba.njit(cache=True)
+def _run_block(tree_p, seeds_p, wp, q_th, q_seed, q_die, ember_ticks, p, keys, max_steps,
+               tau_out, n_steps, truncated):
+    """Run one realization per key on the padded tree map (border = EMPTY)."""
+    P = tree_p.size
+    h, w = tau_out.shape[1], tau_out.shape[2]
+    orth = np.array([-wp, wp, -1, 1], np.int64)
+    moore = np.array([-wp - 1, -wp, -wp + 1, -1, 1, wp - 1, wp, wp + 1], np.int64)
+    state = np.empty(P, np.uint8)
+    q = np.empty(P, np.float64)
+    age = np.empty(P, np.int32)
+    tau = np.empty(P, np.int16)
+    fires = np.empty(P, np.int64)
+    new_fires = np.empty(P, np.int64)
+    embers = np.empty(P, np.int64)
+    nb = np.empty(4, np.int64)
+    st = np.empty(1, np.uint64)
+    for b in range(keys.size):
+        st[0] = keys[b]
+        state[:] = tree_p
+        q[:] = 0.0
+        tau[:] = -1
+        n_f = 0
+        n_e = 0
+        for i in range(seeds_p.size):
+            c = seeds_p[i]
+            q[c] = q_seed
+            if q[c] > q_th and _uniform(st) < p:
+                state[c] = FIRE
+                tau[c] = 1
+                fires[n_f] = c
+                n_f += 1
+        t = 0
+        while n_f + n_e > 0 and t < max_steps:
+            t += 1
+            _shuffle(fires, n_f, st)
+            n_new = 0
+            for k in range(n_f):
+                f = fires[k]
+                m = 0
+                for d in range(4):
+                    c = f + orth[d]
+                    if state[c] == TREE:
+                        nb[m] = c
+                        m += 1
+                _shuffle(nb, m, st)
+                for j in range(m):
+                    c = nb[j]
+                    s = 0.0
+                    for d in range(8):
+                        x = state[c + moore[d]]
+                        if x == FIRE or x == EMBER:
+                            s += q[c + moore[d]]
+                    q[c] += s
+                    if q[c] > q_th and _uniform(st) < p:
+                        state[c] = FIRE
+                        tau[c] = t + 1
+                        new_fires[n_new] = c
+                        n_new += 1
+                state[f] = EMBER
+                age[f] = 0
+                embers[n_e] = f
+                n_e += 1
+            k = 0
+            while k < n_e:  # fade-embers: each ember acts on itself only, so order is free
+                e = embers[k]
+                age[e] += 1
+                q[e] -= q_die
+                if age[e] >= ember_ticks:
+                    state[e] = DEAD
+                    n_e -= 1
+                    embers[k] = embers[n_e]
+                else:
+                    k += 1
+            fires[:n_new] = new_fires[:n_new]
+            n_f = n_new
+        n_steps[b] = t
+        truncated[b] = n_f + n_e > 0
+        for y in range(h):
+            for x in range(w):
+                tau_out[b, y, x] = tau[(y + 1) * wp + x + 1]
+
+
 def _key(key: Sequence | np.uint64) -> np.uint64:
     if isinstance(key, np.uint64):
         return key
-    return stream_key("firespread-ca", *key)
+    return stream_key("firespread-seed003", *key)
 
 
-def simulate(ic: InitialCondition, model: HeatModel, p_ignite: float, key: Sequence | np.uint64,
-             realizations: Sequence[int] | np.ndarray, backend: str = "numpy", device: str | None = None,
-             rng: str = "torch") -> Ensemble:
-    """Run ``realizations`` (their indices select the random streams) to fuel depletion.
+def _check_map(tree, seeds) -> tuple[np.ndarray, np.ndarray]:
+    tree = np.asarray(tree)
+    if tree.dtype != np.bool_:
+        raise TypeError(f"tree must be a boolean (H, W) map, got dtype {tree.dtype}")
+    if tree.ndim != 2 or min(tree.shape) < 1:
+        raise ValueError(f"tree must be a 2-D (H, W) map, got shape {tree.shape}")
+    seeds = np.asarray(seeds)
+    if seeds.size and not np.issubdtype(seeds.dtype, np.integer):
+        raise TypeError(f"seeds must be integer (row, col) pairs, got dtype {seeds.dtype}")
+    seeds = seeds.astype(np.int64).reshape(-1, 2) if seeds.size else np.zeros((0, 2), np.int64)
+    if len(seeds) == 0:
+        raise ValueError("seeds: at least one fire seed is needed")
+    h, w = tree.shape
+    for i, (y, x) in enumerate(seeds.tolist()):
+        if not (0 <= y < h and 0 <= x < w):
+            raise ValueError(f"seeds[{i}] = ({y}, {x}) lies outside the {h}x{w} grid")
+        if not tree[y, x]:
+            raise ValueError(f"seeds[{i}] = ({y}, {x}) is not a tree cell")
+    if len({(int(a), int(b)) for a, b in seeds}) != len(seeds):
+        raise ValueError("seeds: duplicate fire seeds")
+    return tree, seeds
 
-    ``key`` names the ensemble (e.g. ``(version, ic, s_level)``); ``backend`` is ``"numpy"``
-    (sparse, bit-deterministic) or ``"torch"`` (dense, CPU/CUDA, see
-    :mod:`aegisbench.firespread.torch_backend`; ``rng="counter"`` makes it draw the same
-    uniforms as numpy).
+
+def simulate(ic: InitialCondition, model: SeedModel, p_ignite: float, key: Sequence | np.uint64,
+             realizations: Sequence[int] | np.ndarray) -> Ensemble:
+    """Run ``realizations`` (their indices select the random streams) until nothing burns.
+
+    ``key`` names the ensemble (e.g. ``(version, ic, s_level)``).
     """
-    if not 0.0 <= p_ignite <= 1.0:
-        raise ValueError(f"p_ignite must lie in [0, 1], got {p_ignite}")
+    if isinstance(p_ignite, bool) or not isinstance(p_ignite, (int, float)) or not 0.0 <= p_ignite <= 1.0:
+        raise ValueError(f"p_ignite must lie in [0, 1], got {p_ignite!r}")
+    tree, seeds = _check_map(ic.tree, ic.seeds)
     reals = np.asarray(list(realizations) if not isinstance(realizations, np.ndarray) else realizations,
                        dtype=np.int64).reshape(-1)
     if (reals < 0).any():
         raise ValueError("realization indices must be >= 0")
     k = _key(key)
-    if backend == "torch":
-        from aegisbench.firespread.torch_backend import simulate_torch
-        return simulate_torch(ic, model, p_ignite, k, reals, device=device, rng=rng)
-    if backend != "numpy":
-        raise ValueError(f"backend must be 'numpy' or 'torch', got {backend!r}")
-    h, w = ic.shape
-    r = model.radius
-    block = max(1, MAX_CELLS_PER_BLOCK // ((h + 2 * r) * (w + 2 * r)))
-    parts = [_simulate_block(ic, model, p_ignite, k, reals[i:i + block]) for i in range(0, len(reals), block)]
-    if not parts:
-        return Ensemble(np.zeros((0, h, w), np.int16), np.zeros(0, np.int32), np.zeros(0, bool))
-    return Ensemble(np.concatenate([e.ignition_time for e in parts]),
-                    np.concatenate([e.n_steps for e in parts]), np.concatenate([e.truncated for e in parts]))
-
-
-def _simulate_block(ic: InitialCondition, m: HeatModel, p: float, key: np.uint64,
-                    reals: np.ndarray) -> Ensemble:
-    """Sparse update: only the radiating cells (FIRE/EMBER) and their neighbours are touched."""
-    h, w = ic.shape
-    r = m.radius
-    hp, wp = h + 2 * r, w + 2 * r
-    P = hp * wp
-    B = len(reals)
+    keys = mix64(mix64(np.uint64(k) ^ reals.astype(np.uint64)) ^ np.uint64(0x5EED003))
+    h, w = tree.shape
+    hp, wp = h + 2, w + 2
     tree_p = np.zeros((hp, wp), np.uint8)
-    tree_p[r:r + h, r:r + w] = ic.tree
-    state = np.tile(tree_p.ravel(), B)  # TREE where fuel, EMPTY elsewhere (incl. padding)
-    q = np.zeros(B * P, np.int32)
-    gain = np.zeros(B * P, np.int32)
-    owner = np.zeros(B * P, np.int32)
-    tau = np.full(B * P, -1, np.int16)
-    offs = np.array([dy * wp + dx for dy, dx in m.offsets], np.int64)
-    base = np.arange(B, dtype=np.int64) * P
-    seeds_p = (ic.seeds[:, 0] + r) * wp + (ic.seeds[:, 1] + r)
-    rad_idx = np.zeros(0, np.int64)   # radiating cells (FIRE or EMBER), global flat index
-    rad_q = np.zeros(0, np.int32)     # their own heat
-    rad_fire = np.zeros(0, bool)      # FIRE (else EMBER)
-    n_steps = np.zeros(B, np.int32)
-    active = np.ones(B, bool)
-    t = 0
-    for t in range(1, m.max_steps + 1):
-        if t == 1:
-            targets = (base[:, None] + seeds_p[None, :]).ravel()
-            weights = np.full(targets.size, m.q_seed, np.int32)
-        else:
-            heat = np.where(rad_fire, rad_q, np.int32(m.q_die)).astype(np.int32)
-            targets = (rad_idx[:, None] + offs[None, :]).ravel()
-            keep = state[targets] == TREE
-            targets = targets[keep]
-            weights = np.repeat(heat, len(offs))[keep]
-        if targets.size:
-            np.add.at(gain, targets, weights)
-            ar = np.arange(targets.size, dtype=np.int32)
-            owner[targets] = ar
-            uniq = targets[owner[targets] == ar]
-            qn = np.minimum(q[uniq] + gain[uniq], m.q_max)
-            q[uniq] = qn
-            gain[uniq] = 0
-            cand = uniq[qn > m.q_threshold]
-        else:
-            cand = np.zeros(0, np.int64)
-        if p >= 1.0 or cand.size == 0:
-            ign = cand
-        elif p <= 0.0:
-            ign = cand[:0]
-        else:
-            b = cand // P
-            cell = cand - b * P
-            y, x = cell // wp - r, cell % wp - r
-            u = uniforms_from_step_keys(step_keys(key, reals, t)[b], y * w + x)
-            ign = cand[u < p]
-        if rad_idx.size:  # FIRE -> EMBER; embers that radiated cool down, dark ones die
-            cooled = rad_q - np.where(rad_fire, 0, m.q_die).astype(np.int32)
-            alive = rad_fire | (cooled > m.q_threshold)
-            state[rad_idx[rad_fire]] = EMBER
-            state[rad_idx[~alive]] = DEAD
-            rad_idx, rad_q = rad_idx[alive], cooled[alive]
-        ign = np.sort(ign)
-        state[ign] = FIRE
-        tau[ign] = t
-        rad_idx = np.concatenate([rad_idx, ign])
-        rad_q = np.concatenate([rad_q, q[ign]])
-        rad_fire = np.concatenate([np.zeros(rad_idx.size - ign.size, bool), np.ones(ign.size, bool)])
-        still = np.bincount(rad_idx // P, minlength=B) > 0
-        n_steps[active & ~still] = t
-        active = still
-        if not active.any():
-            break
-    truncated = active.copy()
-    n_steps[active] = t
+    tree_p[1:-1, 1:-1] = tree
+    seeds_p = (seeds[:, 0] + 1) * wp + seeds[:, 1] + 1
+    n = len(reals)
+    tau = np.empty((n, h, w), np.int16)
+    n_steps = np.zeros(n, np.int32)
+    truncated = np.zeros(n, np.bool_)
+    block = max(1, MAX_CELLS_PER_BLOCK // (h * w))
+    for i in range(0, n, block):
+        _run_block(tree_p.ravel(), seeds_p, wp, float(model.q_threshold), model.q_seed, float(model.q_die),
+                   int(model.ember_ticks), float(p_ignite), keys[i:i + block], int(model.max_steps),
+                   tau[i:i + block], n_steps[i:i + block], truncated[i:i + block])
     if truncated.any():
-        log.warning("%d of %d realizations still burning at max_steps=%d", int(truncated.sum()), B, m.max_steps)
-    times = tau.reshape(B, hp, wp)[:, r:r + h, r:r + w].copy()
-    return Ensemble(times, n_steps, truncated)
+        log.warning("%d of %d realizations still burning at max_steps=%d", int(truncated.sum()), n,
+                    model.max_steps)
+    return Ensemble(tau, n_steps, truncated)
+
+
+def simulate_realizations(tree, seeds, s_level, n: int, seed: int = 0, **model_params) -> np.ndarray:
+    """``n`` realizations of seed 003's model on ``tree`` (bool (H, W)) lit at ``seeds``
+    (int (k, 2) of (row, col)) at S-Level ``s_level`` (p_ignite = 1 - S/100): int16 ignition
+    times (n, H, W), seeds at frame 1, -1 for never burnt. ``model_params``: the fields of
+    :class:`SeedModel` (``q_threshold``, ``i_seed``, ``q_die``, ``ember_ticks``,
+    ``max_steps``). Same arguments, same bytes.
+
+    >>> simulate_realizations(np.ones((1, 4), bool), [(0, 1)], 0, 2).tolist()
+    [[[2, 1, 2, 3]], [[2, 1, 2, 3]]]
+    """
+    unknown = sorted(set(model_params) - set(MODEL_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown model parameter(s) {unknown}; expected {list(MODEL_FIELDS)}")
+    if isinstance(s_level, bool) or not isinstance(s_level, (int, float, np.integer, np.floating)):
+        raise TypeError(f"s_level must be a number, got {s_level!r}")
+    if not 0 <= s_level <= 100:
+        raise ValueError(f"s_level must lie in [0, 100], got {s_level}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"n must be an integer >= 0, got {n!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, got {seed!r}")
+    tree, seeds = _check_map(tree, seeds)
+    ic = InitialCondition(index=0, tree=tree, seeds=seeds)
+    ens = simulate(ic, SeedModel(**model_params), (100.0 - float(s_level)) / 100.0,
+                   ("simulate_realizations", int(seed)), np.arange(int(n)))
+    return ens.ignition_time

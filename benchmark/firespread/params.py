@@ -22,7 +22,6 @@ import yaml
 
 from aegisbench.errors import BadInput
 
-NEIGHBOURHOODS = ("moore", "von_neumann")
 WHERE = "params.yaml: firespread"
 
 
@@ -52,31 +51,34 @@ class ForecastParams:
 
     observe: int = 10
     horizon: int = 50
-    threshold: float = 0.5  # declared threshold of the F2R metrics (p >= threshold is "burnt")
-    eval_realizations: int = 4  # realizations 0..n-1 of every test IC are forecast
+    threshold: float = 0.5  # declared threshold of the F2R metrics (p > threshold is "burnt", as seed 003)
+    eval_realizations: int = 60  # realizations 0..n-1 of every test IC are forecast, held out of the statistic
+    ece_bins: int = 10  # seed 003: 10 bins for calibration curves, 15 in its Var[Z_t] studies
 
     def __post_init__(self) -> None:
         _int(self.observe, "forecast.observe", 1)
         _int(self.horizon, "forecast.horizon", 1)
-        _float(self.threshold, "forecast.threshold", 0.0, 1.0, lo_open=True)
+        if _float(self.threshold, "forecast.threshold", 0.0, 1.0) == 1.0:
+            raise BadInput("must lie in [0, 1): a cell is burnt iff p > threshold", where=f"{WHERE}.forecast.threshold")
         _int(self.eval_realizations, "forecast.eval_realizations", 1)
+        _int(self.ece_bins, "forecast.ece_bins", 1, 1000)
 
 
 @dataclass(frozen=True)
 class FirespreadParams:
-    """The heat-accumulation CA and its ensembles (defaults: seed 003's 64x64 grid,
-    S-levels 0..50 step 5, 1000 realizations per initial condition)."""
+    """Seed 003's fire-spread model and its ensembles (defaults: the seed's parameters:
+    64x64 grid, density 0.72, q_threshold 5, I_seed 3, q_die 3, 3 seeds, S-levels 0..50
+    step 5, 1000 realizations per initial condition)."""
 
     height: int = 64
     width: int = 64
-    neighbourhood: str = "moore"
-    radius: int = 1
-    q_threshold: float = 1.0
-    i_seed: float = 1.5
-    q_die: float = 0.5
-    forest_density: float = 0.45
+    q_threshold: float = 5.0
+    i_seed: float = 3.0
+    q_die: float = 3.0
+    ember_ticks: int = 12
+    forest_density: float = 0.72
     forest_clustering: int = 0  # radius (cells) of the integer box smoothing of the layout noise; 0 = iid
-    n_seeds: int = 2
+    n_seeds: int = 3
     s_levels: tuple[int, ...] = tuple(range(0, 55, 5))
     realizations: int = 1000
     initial_conditions: int = 10
@@ -88,13 +90,10 @@ class FirespreadParams:
     def __post_init__(self) -> None:
         _int(self.height, "grid", 3, 4096)
         _int(self.width, "grid", 3, 4096)
-        if self.neighbourhood not in NEIGHBOURHOODS:
-            raise BadInput(f"must be one of {NEIGHBOURHOODS}, got {self.neighbourhood!r}",
-                           where=f"{WHERE}.neighbourhood")
-        _int(self.radius, "radius", 1, 8)
-        _float(self.q_threshold, "q_threshold", 0.0, lo_open=True)
-        _float(self.i_seed, "i_seed", 0.0, 1000.0, lo_open=True)
-        _float(self.q_die, "q_die", 0.0, lo_open=True)
+        _float(self.q_threshold, "q_threshold", 0.0, 1e6)
+        _float(self.i_seed, "i_seed", 0.0, 1e6)
+        _float(self.q_die, "q_die", 0.0, 1e6)
+        _int(self.ember_ticks, "ember_ticks", 1, 1000)
         _float(self.forest_density, "forest_density", 0.0, 1.0, lo_open=True)
         _int(self.forest_clustering, "forest_clustering", 0, 64)
         _int(self.n_seeds, "n_seeds", 1)
@@ -104,7 +103,7 @@ class FirespreadParams:
             _int(s, "s_levels", 0, 100)
         if len(set(self.s_levels)) != len(self.s_levels) or list(self.s_levels) != sorted(self.s_levels):
             raise BadInput("must be strictly increasing", where=f"{WHERE}.s_levels")
-        _int(self.realizations, "realizations", 1, 65535)
+        _int(self.realizations, "realizations", 2, 65535)
         _int(self.initial_conditions, "initial_conditions", 1)
         for i in self.test_initial_conditions:
             _int(i, "test_initial_conditions", 0, self.initial_conditions - 1)
@@ -112,8 +111,9 @@ class FirespreadParams:
             raise BadInput("duplicate initial conditions", where=f"{WHERE}.test_initial_conditions")
         _int(self.max_steps, "max_steps", 1, 32000)
         _int(self.realizations_per_shard, "realizations_per_shard", 1)
-        if self.forecast.eval_realizations > self.realizations:
-            raise BadInput("forecast.eval_realizations exceeds realizations", where=WHERE)
+        if 2 * self.forecast.eval_realizations > self.realizations:
+            raise BadInput("must be at most half of realizations (the statistic is built from the others, "
+                           "and the ECE floor scores as many of those)", where=f"{WHERE}.forecast.eval_realizations")
         if self.forecast.observe + self.forecast.horizon > self.max_steps:
             raise BadInput("observe + horizon exceeds max_steps", where=WHERE)
         if self.n_seeds > self.height * self.width:
@@ -175,7 +175,7 @@ class FirespreadParams:
         if "realizations" in raw and "eval_realizations" not in fc:
             r = raw["realizations"]
             if isinstance(r, int) and not isinstance(r, bool):
-                fc = {**fc, "eval_realizations": max(1, min(ForecastParams.eval_realizations, r))}
+                fc = {**fc, "eval_realizations": max(1, min(ForecastParams.eval_realizations, r // 2))}
         return cls(**raw, forecast=ForecastParams(**fc))
 
     @classmethod

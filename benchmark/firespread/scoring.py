@@ -11,13 +11,19 @@ and each Dice stratum ``dice:<bin>`` (Dice between the successive observed masks
 Metrics (pixels pooled within a cell; a map is ``H x W`` pixels):
 
 * F2R: ``precision``, ``recall``, ``f1`` at the declared threshold (burnt iff
-  ``p >= threshold``, 0/0 = 0), ``average_precision`` (scikit-learn's step-wise AP)
+  ``p > threshold``, seed 003's convention; 0/0 = 0), ``average_precision`` (scikit-learn's step-wise AP)
   and, separately, ``auc_pr_trapezoid`` (the trapezoid AUC-PR of the paper);
 * F2S: ``brier`` with ``brier_reliability``, ``brier_resolution``,
   ``brier_uncertainty`` and ``brier_residual`` (within-bin spread), ``ece``
-  (uniform right-closed bins), and, where the ensemble statistic is known,
+  (``n_bins`` uniform right-closed bins: seed 003 uses 10 for its calibration curves and 15
+  in its ``Var[Z_t]`` studies), and, where the ensemble statistic is known,
   ``oracle_brier`` (the statistic's Brier against the same realizations) and
   ``excess_brier`` = ``brier - oracle_brier``;
+* ``ece_floor``: where outcomes drawn from the statistic itself are given (``floor_y``:
+  as many realizations of the ensemble the statistic counts, paired map for map), the ECE
+  of the statistic against them -- what a perfectly calibrated forecaster scores on the
+  same number of equally correlated cells. An ``ece`` inside the floor's interval is
+  finite-sample noise, not miscalibration;
 * per stratum, the spread over maps of per-map scores (Fig. 7): ``<metric>_sd_maps``
   (no interval).
 
@@ -63,14 +69,14 @@ SD_METRICS = ("precision", "recall", "f1", "average_precision", "brier")
 
 @dataclass(frozen=True)
 class ScoreConfig:
-    threshold: float = 0.5
+    threshold: float = 0.5  # burnt iff p > threshold
     n_bins: int = 10
     n_boot: int = 1000
     percentiles: tuple[float, float] = (2.5, 97.5)
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"threshold must lie in (0, 1], got {self.threshold}")
+        if not 0.0 <= self.threshold < 1.0:
+            raise ValueError(f"threshold must lie in [0, 1) (burnt iff p > threshold), got {self.threshold}")
         if self.n_bins < 1 or self.n_boot < 1:
             raise ValueError("n_bins and n_boot must be positive")
 
@@ -78,8 +84,9 @@ class ScoreConfig:
 @dataclass(frozen=True, eq=False)
 class MapSet:
     """Forecast maps of one config: ``p`` (n, P) in [0, 1], observed ``y`` (n, P) bool,
-    optional ``valid`` pixel mask, optional ensemble ``oracle`` (n, P); per map its bootstrap
-    ``unit``, frame ``t``, ``var_z`` (NaN if unknown) and ``dice`` (NaN if unknown)."""
+    optional ``valid`` pixel mask, optional ensemble ``oracle`` (n, P) and ``floor_y`` (n, P)
+    (outcomes drawn from the statistic, for ``ece_floor``); per map its bootstrap ``unit``,
+    frame ``t``, ``var_z`` (NaN if unknown) and ``dice`` (NaN if unknown)."""
 
     p: np.ndarray
     y: np.ndarray
@@ -89,6 +96,7 @@ class MapSet:
     dice: np.ndarray | None = None
     valid: np.ndarray | None = None
     oracle: np.ndarray | None = None
+    floor_y: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         p = np.asarray(self.p)
@@ -99,6 +107,10 @@ class MapSet:
             object.__setattr__(self, "valid", np.asarray(self.valid, bool).reshape(p.shape))
         if self.oracle is not None:
             object.__setattr__(self, "oracle", np.asarray(self.oracle, np.float64).reshape(p.shape))
+        if self.floor_y is not None:
+            if self.oracle is None:
+                raise ValueError("floor_y needs the oracle (the statistic it is drawn from)")
+            object.__setattr__(self, "floor_y", np.asarray(self.floor_y, bool).reshape(p.shape))
         unit = np.asarray(self.unit, np.int64)
         if unit.shape != (len(p),):
             raise ValueError("unit needs one entry per map")
@@ -141,27 +153,60 @@ def ap_rows(p: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.where(pos[:, 0] > 0, (gain * prec).sum(axis=1) / np.maximum(pos[:, 0], 1), 0.0)
 
 
+def _bin_states(key: np.ndarray, p: np.ndarray, y: np.ndarray, n_units: int, n_bins: int) -> np.ndarray:
+    """(n_units, 5, n_bins) calibration states (count, sum p, sum y, sum y^2, sum (p - y)^2;
+    the layout of ``metrics._calibration_update``) from ``key = unit * n_bins + bin``; y binary."""
+    n = n_units * n_bins
+    pf = p.astype(np.float64, copy=False)
+    sy = np.bincount(key[y], minlength=n).astype(np.float64)
+    st = [np.bincount(key, minlength=n).astype(np.float64), np.bincount(key, weights=pf, minlength=n), sy, sy,
+          np.bincount(key, weights=(pf - y) ** 2, minlength=n)]
+    return np.stack([v.reshape(n_units, n_bins) for v in st], axis=1)
+
+
 class _Cell:
-    """Per-unit sufficient statistics of the pixels of one cell."""
+    """Per-unit sufficient statistics of the pixels of one cell. ``inv``/``scores`` (the rank
+    of every pixel's forecast among ``scores``, ascending), ``b`` / ``bo`` (calibration bins of
+    the forecast / the oracle) may be given precomputed for a whole map set, so a cell costs
+    a few bincounts instead of sorts."""
 
     def __init__(self, p: np.ndarray, y: np.ndarray, u: np.ndarray, o: np.ndarray | None,
-                 n_units: int, cfg: ScoreConfig):
+                 n_units: int, cfg: ScoreConfig, yf: np.ndarray | None = None, *, inv: np.ndarray | None = None,
+                 scores: np.ndarray | None = None, b: np.ndarray | None = None, bo: np.ndarray | None = None):
+        nb = cfg.n_bins
+        y = np.asarray(y, bool)
+        u = np.asarray(u, np.int64)
         self.cfg, self.n_units = cfg, n_units
         self.n = len(p)
         self.n_u = np.bincount(u, minlength=n_units).astype(np.float64)
-        pred = p >= cfg.threshold
-        self.counts = np.stack([np.bincount(u, weights=pred & y, minlength=n_units),
-                                np.bincount(u, weights=pred & ~y, minlength=n_units),
-                                np.bincount(u, weights=~pred & y, minlength=n_units)], axis=1)
-        self.states = np.zeros((n_units, 5, cfg.n_bins))
-        for k in np.flatnonzero(self.n_u):
-            sel = u == k
-            self.states[k] = M._calibration_update(None, p[sel], y[sel], cfg.n_bins)
+        pred = p > cfg.threshold
+        self.counts = np.stack([np.bincount(u[pred & y], minlength=n_units),
+                                np.bincount(u[pred & ~y], minlength=n_units),
+                                np.bincount(u[~pred & y], minlength=n_units)], axis=1).astype(np.float64)
+        b = M._bin_ids(p, nb) if b is None else b
+        self.states = _bin_states(u * nb + b, p, y, n_units, nb)
+        self.floor_states = None
+        if yf is not None and o is not None:
+            bo = M._bin_ids(o, nb) if bo is None else bo
+            self.floor_states = _bin_states(u * nb + bo, o, np.asarray(yf, bool), n_units, nb)
         self.sse_o = None if o is None else np.bincount(u, weights=(o - y) ** 2, minlength=n_units)
-        scores, inv = np.unique(p, return_inverse=True)
+        if inv is None or n_units * len(scores) > 4 * len(p) + 4096:
+            if inv is None:
+                scores, inv = np.unique(p, return_inverse=True)
+            else:  # a small cell of a map set with many distinct scores: compress its ranks
+                local, inv = np.unique(inv, return_inverse=True)
+                scores = scores[local]
+            inv = np.asarray(inv).reshape(-1)
         U = len(scores)
-        self.pos = np.bincount(u * U + inv, weights=y, minlength=n_units * U).reshape(n_units, U)[:, ::-1]
-        self.neg = np.bincount(u * U + inv, weights=~y, minlength=n_units * U).reshape(n_units, U)[:, ::-1]
+        key = u * U + inv
+        pos = np.bincount(key[y], minlength=n_units * U).reshape(n_units, U)
+        neg = np.bincount(key[~y], minlength=n_units * U).reshape(n_units, U)
+        present = (pos + neg).sum(axis=0) > 0
+        if not present.all():
+            pos, neg, scores = pos[:, present], neg[:, present], scores[present]
+        self.scores = scores[::-1]  # distinct scores, highest first (the column order of pos / neg)
+        self.pos = pos[:, ::-1].astype(np.float64)
+        self.neg = neg[:, ::-1].astype(np.float64)
 
     def point(self) -> dict[str, float]:
         c = self.counts.sum(axis=0)
@@ -171,6 +216,8 @@ class _Cell:
         out["average_precision"], out["auc_pr_trapezoid"] = weighted_pr_areas(self.pos.sum(0), self.neg.sum(0))
         cal = M._calibration_compute(self.states.sum(axis=0))
         out["ece"] = cal["ece"]
+        if self.floor_states is not None:
+            out["ece_floor"] = M._calibration_compute(self.floor_states.sum(axis=0))["ece"]
         out["brier"] = cal["brier"]
         out.update({f"brier_{k}": cal[k] for k in ("reliability", "resolution", "uncertainty", "residual")})
         if self.sse_o is not None:
@@ -188,11 +235,50 @@ class _Cell:
         out.update({"ece": c["ece"], "brier": c["brier"], "brier_reliability": c["reliability"],
                     "brier_resolution": c["resolution"], "brier_uncertainty": c["uncertainty"],
                     "brier_residual": c["residual"]})
+        if self.floor_states is not None:
+            out["ece_floor"] = M._calibration_compute(np.tensordot(w, self.floor_states, axes=1))["ece"]
         if self.sse_o is not None:
             out["oracle_brier"] = float(w @ self.sse_o) / n
             out["excess_brier"] = out["brier"] - out["oracle_brier"]
         out.update(zip(("average_precision", "auc_pr_trapezoid"), weighted_pr_areas(w @ self.pos, w @ self.neg)))
         return out
+
+
+DENSE_POOL_LIMIT = 1 << 24  # units x distinct scores up to which pooled score tables are dense arrays
+
+
+def pool_cells(cells: Sequence[_Cell], scores_all: np.ndarray | None = None) -> _Cell:
+    """One cell whose pixels are the union of ``cells`` (same units): every sufficient
+    statistic adds up; the score tables are merged on the union of their scores
+    (``scores_all``: the ascending distinct scores all cells were ranked among, if shared)."""
+    if not cells:
+        raise ValueError("nothing to pool")
+    if len(cells) == 1:
+        return cells[0]
+    first = cells[0]
+    out = object.__new__(_Cell)
+    out.cfg, out.n_units = first.cfg, first.n_units
+    out.n = sum(c.n for c in cells)
+    out.n_u = sum(c.n_u for c in cells)
+    out.counts = sum(c.counts for c in cells)
+    out.states = sum(c.states for c in cells)
+    floors = [c.floor_states for c in cells]
+    out.floor_states = None if any(f is None for f in floors) else sum(floors)
+    sse = [c.sse_o for c in cells]
+    out.sse_o = None if any(v is None for v in sse) else sum(sse)
+    if scores_all is None or first.n_units * len(scores_all) > DENSE_POOL_LIMIT:
+        scores_all = np.unique(np.concatenate([c.scores for c in cells]))
+    U = len(scores_all)
+    pos = np.zeros((first.n_units, U))
+    neg = np.zeros((first.n_units, U))
+    for c in cells:
+        idx = np.searchsorted(scores_all, c.scores)  # c.scores are distinct: no repeated index
+        pos[:, idx] += c.pos
+        neg[:, idx] += c.neg
+    present = (pos + neg).sum(axis=0) > 0
+    out.scores = scores_all[present][::-1]
+    out.pos, out.neg = pos[:, present][:, ::-1], neg[:, present][:, ::-1]
+    return out
 
 
 def weighted_pr_areas(pos: np.ndarray, neg: np.ndarray) -> tuple[float, float]:
@@ -212,7 +298,7 @@ def _per_map_scores(ms: MapSet, cfg: ScoreConfig) -> dict[str, np.ndarray]:
     """Per-map precision, recall, F1, AP and Brier (for the ``*_sd_maps`` spreads of Fig. 7)."""
     p, y = ms.p, ms.y
     v = np.ones_like(y) if ms.valid is None else ms.valid
-    pred = p >= cfg.threshold
+    pred = p > cfg.threshold
     f = count_statistics(np.stack([(pred & y & v).sum(1), (pred & ~y & v).sum(1), (~pred & y & v).sum(1)], axis=1))
     brier = (((p.astype(np.float64) - y) ** 2) * v).sum(1) / np.maximum(v.sum(1), 1)
     if ms.valid is None:
@@ -238,37 +324,129 @@ def _cells(ms: MapSet) -> list[tuple[int | None, str, np.ndarray]]:
     return cells
 
 
-def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence) -> tuple[list[dict], dict]:
-    """Rows ``{t, stratum, metric, value, lo, hi, n, n_units}`` for every cell of a map set,
-    and the pooled calibration curve ``{prob_true, prob_pred, count}``."""
-    n_units = int(ms.unit.max()) + 1 if len(ms.unit) else 0
+def distinct_ranks(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(p, return_inverse=True)`` (inverse in ``p``'s shape), without a sort when every
+    value is a float16 (forecasts stored as float16): non-negative floats order as their bits.
+
+    >>> s, r = distinct_ranks(np.array([[0.5, 0.25], [1.0, 0.5]], np.float32))
+    >>> s.tolist(), r.tolist()
+    ([0.25, 0.5, 1.0], [[1, 0], [2, 1]])
+    """
+    p = np.asarray(p)
+    if p.dtype in (np.float16, np.float32) and p.size:
+        h = p.astype(np.float16)
+        if p.dtype == np.float16 or (h.astype(p.dtype) == p).all():
+            bits = h.view(np.uint16)
+            if bits.max() < 0x7C00:  # finite and non-negative (the sign bit is clear)
+                present = np.bincount(bits.reshape(-1), minlength=1 << 16) > 0
+                lookup = np.cumsum(present, dtype=np.int32) - 1
+                scores = np.flatnonzero(present).astype(np.uint16).view(np.float16).astype(p.dtype)
+                return scores, lookup[bits]
+    scores, inv = np.unique(p, return_inverse=True)
+    return scores, np.asarray(inv).reshape(p.shape).astype(np.int32 if len(scores) < 2**31 else np.int64)
+
+
+def _unique_weights(n_units: int, key: Sequence, cfg: ScoreConfig) -> tuple[np.ndarray, np.ndarray]:
     W = multiplicities(resample_indices(n_units, ("firespread", *key), cfg.n_boot), n_units)
     Wu, inv = np.unique(W, axis=0, return_inverse=True)
-    inv = np.asarray(inv).reshape(-1)
+    return Wu, np.asarray(inv).reshape(-1)
+
+
+def _cell_rows(cell: _Cell, Wu: np.ndarray, inv: np.ndarray, cfg: ScoreConfig, t, stratum: str, n: int) -> list[dict]:
+    point = cell.point()
+    samples = [cell.resampled(w.astype(np.float64)) for w in Wu]
+    n_present = int((cell.n_u > 0).sum())
+    rows = []
+    for name, value in point.items():
+        boot = np.array([smp.get(name, np.nan) for smp in samples])[inv]
+        lo, hi = percentile_interval(boot, cfg.percentiles)
+        rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value), "lo": lo, "hi": hi,
+                     "n": n, "n_units": n_present})
+    return rows
+
+
+def _collect(collect: dict, stratum: str, cell: _Cell, per_map: dict, sel: np.ndarray) -> None:
+    """Pool ``cell`` (and the moments of its per-map scores) into ``collect[stratum]`` at once,
+    so memory does not grow with the number of configs."""
+    moments = np.array([[len(sel), per_map[k][sel].sum(), (per_map[k][sel] ** 2).sum()] for k in SD_METRICS])
+    if stratum in collect:
+        prev, m = collect[stratum]
+        collect[stratum] = (pool_cells([prev, cell]), m + moments)
+    else:
+        collect[stratum] = (cell, moments)
+
+
+def score_pooled(collected: dict[str, tuple], cfg: ScoreConfig, key: Sequence) -> list[dict]:
+    """Rows of every stratum pooled over the configs that ``score_mapset(..., collect=)`` saw
+    (seed 003 Figs. 6-7: metrics against ``Var[Z_t]`` across S-levels). One resample matrix
+    (key ``("firespread", *key)``) re-weights the units, shared by all of them."""
+    rows: list[dict] = []
+    if not collected:
+        return rows
+    n_units = next(iter(collected.values()))[0].n_units
+    Wu, inv = _unique_weights(n_units, key, cfg)
+    for stratum in sorted(collected, key=lambda k: (k != "all", k)):
+        cell, moments = collected[stratum]
+        rows += _cell_rows(cell, Wu, inv, cfg, None, stratum, cell.n)
+        n_present = int((cell.n_u > 0).sum())
+        for name, (n, total, squares) in zip(SD_METRICS, moments):
+            mean = total / n
+            var = max(0.0, squares / n - mean ** 2)
+            rows.append({"t": None, "stratum": stratum, "metric": f"{name}_sd_maps", "value": float(np.sqrt(var)),
+                         "lo": float("nan"), "hi": float("nan"), "n": int(n), "n_units": n_present})
+    return rows
+
+
+def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence, collect: dict | None = None
+                 ) -> tuple[list[dict], dict]:
+    """Rows ``{t, stratum, metric, value, lo, hi, n, n_units}`` for every cell of a map set,
+    and the pooled calibration curve ``{prob_true, prob_pred, count}``. ``collect``: a dict
+    that receives, per stratum, the all-frames cell and its per-map moments (for
+    :func:`score_pooled`)."""
+    n_units = int(ms.unit.max()) + 1 if len(ms.unit) else 0
+    Wu, inv = _unique_weights(n_units, key, cfg)
     hw = ms.p.shape[1]
     rows: list[dict] = []
     calib: dict = {}
     per_map = None
-    for t, stratum, sel in _cells(ms):
-        if sel.size == 0:
+    # once per map set: each pixel's rank among the distinct forecasts and its calibration bins
+    scores_all, rank = distinct_ranks(ms.p)
+    bins = M._bin_ids(ms.p, cfg.n_bins).astype(np.int16 if cfg.n_bins < 2**15 else np.int64)
+    obins = None if ms.floor_y is None else M._bin_ids(ms.oracle, cfg.n_bins).astype(bins.dtype)
+    cells = _cells(ms)
+    # atoms: maps that fall in the same cells; every cell is a union of atoms, so each
+    # pixel is gathered once and every cell is pooled from the sufficient statistics
+    member = np.zeros((len(ms.p), len(cells)), bool)
+    for j, (_, _, sel) in enumerate(cells):
+        member[sel, j] = True
+    patterns, atom_of = np.unique(member, axis=0, return_inverse=True)
+    atom_of = np.asarray(atom_of).reshape(-1)
+    atoms: dict[int, _Cell] = {}
+    for a_id in range(len(patterns)):
+        sel = np.flatnonzero(atom_of == a_id)
+        if ms.valid is None:
+            take = lambda x: x[sel].reshape(-1)  # noqa: E731
+            u = np.repeat(ms.unit[sel], hw)
+        else:
+            mask = ms.valid[sel]
+            if not mask.any():
+                continue
+            take = lambda x: x[sel][mask]  # noqa: E731
+            u = np.broadcast_to(ms.unit[sel][:, None], mask.shape)[mask]
+        atoms[a_id] = _Cell(take(ms.p), take(ms.y), u, None if ms.oracle is None else take(ms.oracle), n_units, cfg,
+                            None if ms.floor_y is None else take(ms.floor_y), inv=take(rank), scores=scores_all,
+                            b=take(bins), bo=None if obins is None else take(obins))
+    for j, (t, stratum, sel) in enumerate(cells):
+        parts = [atoms[a] for a in np.flatnonzero(patterns[:, j]) if a in atoms]
+        if not parts:
             continue
-        mask = np.ones((len(sel), hw), bool) if ms.valid is None else ms.valid[sel]
-        if not mask.any():
-            continue
-        p, y = ms.p[sel][mask], ms.y[sel][mask]
-        u = np.broadcast_to(ms.unit[sel][:, None], mask.shape)[mask]
-        o = None if ms.oracle is None else ms.oracle[sel][mask]
-        cell = _Cell(p, y, u, o, n_units, cfg)
-        point = cell.point()
-        samples = [cell.resampled(w.astype(np.float64)) for w in Wu]
+        cell = pool_cells(parts, scores_all)
+        rows += _cell_rows(cell, Wu, inv, cfg, t, stratum, cell.n)
         n_present = int((cell.n_u > 0).sum())
-        for name, value in point.items():
-            boot = np.array([s.get(name, np.nan) for s in samples])[inv]
-            lo, hi = percentile_interval(boot, cfg.percentiles)
-            rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value), "lo": lo, "hi": hi,
-                         "n": int(mask.sum()), "n_units": n_present})
         if t is None:
             per_map = per_map if per_map is not None else _per_map_scores(ms, cfg)
+            if collect is not None and (stratum == "all" or stratum.startswith("var_z")):
+                _collect(collect, stratum, cell, per_map, sel)
             for name in SD_METRICS:
                 rows.append({"t": t, "stratum": stratum, "metric": f"{name}_sd_maps",
                              "value": float(np.std(per_map[name][sel])), "lo": float("nan"), "hi": float("nan"),

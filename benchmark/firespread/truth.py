@@ -1,7 +1,7 @@
 """Read the fire-spread configs of a built dataset repo (Parquet via pyarrow, no copies
 of Python lists): realizations, the statistic ground truth and the forecast task.
 
->>> TaskSpec(observe=10, horizon=50, threshold=0.5, eval_realizations=4).frames.tolist()[:3]
+>>> TaskSpec(observe=10, horizon=50, threshold=0.5, eval_realizations=4, ece_bins=10).frames.tolist()[:3]
 [11, 12, 13]
 """
 
@@ -29,8 +29,9 @@ class TaskSpec:
 
     observe: int
     horizon: int
-    threshold: float
-    eval_realizations: int
+    threshold: float       # burnt iff p > threshold (seed 003)
+    eval_realizations: int  # realizations 0..n-1 are scored; the statistic counts the others
+    ece_bins: int = 10
 
     @property
     def frames(self) -> np.ndarray:
@@ -51,6 +52,8 @@ class EnsembleTruth:
     z_var: np.ndarray
     realizations: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # indices read
     ignition_time: np.ndarray | None = None  # (len(realizations), H, W) int16
+    # as many realizations of the statistic itself (n..2n-1): the outcomes of the ECE floor
+    floor_ignition_time: np.ndarray | None = None
 
     def probability(self, frames) -> np.ndarray:
         """Statistic ground truth ``counts / N`` at ``frames`` (frames past the end repeat the last)."""
@@ -104,8 +107,14 @@ def read_statistic(repo: str | Path, manifest: dict, split: str = TEST_SPLIT
                 counts=counts, n_realizations=int(row.column("n_realizations")[0].as_py()),
                 z_mean=np.asarray(row.column("z_mean")[0].as_py(), np.float64),
                 z_var=np.asarray(row.column("z_var")[0].as_py(), np.float64))
+            held = int(row.column("held_out_realizations")[0].as_py())
             spec = TaskSpec(*(row.column(c)[0].as_py() for c in
-                              ("forecast_observe", "forecast_horizon", "forecast_threshold", "eval_realizations")))
+                              ("forecast_observe", "forecast_horizon", "forecast_threshold", "eval_realizations",
+                               "ece_bins")))
+            if held != spec.eval_realizations:
+                raise BadInput(f"statistic of s_level={s} initial_condition={ic} holds out {held} realizations "
+                               f"but {spec.eval_realizations} are scored: truth would leak into the statistic",
+                               where=str(path))
             if task is not None and spec != task:
                 raise BadInput("statistic rows disagree on the forecast task", where=str(path))
             task = spec
@@ -150,20 +159,22 @@ def read_realizations(repo: str | Path, manifest: dict, s_level: int, split: str
 
 
 def read_test_truth(repo: str | Path, manifest: dict) -> tuple[dict[tuple[int, int], EnsembleTruth], TaskSpec]:
-    """Statistic and evaluation realizations of every test (S-level, initial condition)."""
+    """Statistic and evaluation realizations of every test (S-level, initial condition), with
+    as many realizations of the statistic itself for the ECE floor."""
     stats, task = read_statistic(repo, manifest, TEST_SPLIT)
     out = {}
+    n = task.eval_realizations
     for s in firespread_levels(manifest):
-        reals = read_realizations(repo, manifest, s, TEST_SPLIT, max_realization=task.eval_realizations)
+        reals = read_realizations(repo, manifest, s, TEST_SPLIT, max_realization=2 * n)
         for ic, (idx, tau, _tree) in reals.items():
             if (s, ic) not in stats:
                 raise BadInput(f"no statistic row for s_level={s} initial_condition={ic}", where=str(repo))
             st = stats[(s, ic)]
-            if len(idx) != task.eval_realizations or not (idx == np.arange(task.eval_realizations)).all():
-                raise BadInput(f"firespread_s{s} ic {ic}: evaluation realizations 0..{task.eval_realizations - 1} "
+            if len(idx) != 2 * n or not (idx == np.arange(2 * n)).all():
+                raise BadInput(f"firespread_s{s} ic {ic}: realizations 0..{2 * n - 1} (scored and ECE floor) "
                                "incomplete", where=str(repo))
             out[(s, ic)] = EnsembleTruth(st.s_level, st.ic, st.tree, st.seeds, st.counts, st.n_realizations,
-                                         st.z_mean, st.z_var, idx, tau)
+                                         st.z_mean, st.z_var, idx[:n], tau[:n], tau[n:])
     if not out:
         raise BadInput("dataset has no fire-spread test realizations", where=str(repo))
     return out, task

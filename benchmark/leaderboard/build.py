@@ -9,6 +9,8 @@ Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.pa
 ``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``). Optionally, outside ``out``:
 the metrics JSON for ``dvc metrics show`` and the severity-curve CSVs for ``dvc plots show``
 (see ``exports``). Submissions named as references are listed first and marked everywhere.
+With fire-spread results, ``firespread/`` holds the fire-spread report (seed 003 Fig. 3 from
+the dataset's statistic, the F2R-vs-F2S table by ``Var[Z_t]``) that the page also shows.
 
 >>> import polars as pl
 >>> parquet_bytes(pl.DataFrame({"a": [1.5]})) == parquet_bytes(pl.DataFrame({"a": [1.5]}))
@@ -56,9 +58,14 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def write_board(board: Board, out: Path) -> list[Path]:
-    """Write every output of ``board`` under ``out`` (which must be empty or new)."""
+def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
+    """Write every output of ``board`` under ``out`` (which must be empty or new);
+    ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None."""
     files = []
+    if firespread is not None:
+        for name, data in firespread.files().items():
+            atomic_write_bytes(out / "firespread" / name, data)
+            files.append(out / "firespread" / name)
     tables = {"leaderboard.parquet": board.long, "views/family_summary.parquet": board.families,
               "views/floor.parquet": board.floors, "views/relative_drop.parquet": board.drops,
               "views/ranks.parquet": board.ranks}
@@ -69,8 +76,27 @@ def write_board(board: Board, out: Path) -> list[Path]:
     atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out / "README.md", render_markdown(board))
     files += [out / "skipped.json", out / "README.md"]
-    files += render_site(board, out / "site")
+    files += render_site(board, out / "site", firespread=firespread)
     return files
+
+
+def _firespread_report(board: Board, results: str | Path, dataset: str | Path):
+    """The fire-spread report of the merged fire-spread results that carry pooled strata,
+    when the dataset holds the statistic (None otherwise)."""
+    from aegisbench.builders.manifest import load_manifest
+    from aegisbench.firespread.report import STRATA_FILE, build_report
+    from aegisbench.firespread.truth import STATISTIC_CONFIG
+    subs = sorted(s for s, prov in board.provenance.items() if prov.get("track") == "firespread")
+    if not subs:
+        return None
+    manifest = load_manifest(dataset)
+    if STATISTIC_CONFIG not in manifest.get("configs", {}):
+        log.warning("fire-spread results but no %s in %s: no fire-spread report", STATISTIC_CONFIG, dataset)
+        return None
+    with_strata = [s for s in subs if (Path(results) / s / STRATA_FILE).is_file()]
+    for s in sorted(set(subs) - set(with_strata)):
+        log.warning("%s: no %s (evaluated before pooled strata existed): not in the F2R-vs-F2S table", s, STRATA_FILE)
+    return build_report(dataset, results, with_strata, manifest=manifest)
 
 
 def _references(references) -> tuple[str, ...]:
@@ -101,9 +127,10 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
     missing = tuple(r for r in refs if r not in board.references)
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
+    firespread = _firespread_report(board, results, dataset)
     out = Path(out)
     with staged_dir(out) as staging:
-        files = write_board(board, staging)
+        files = write_board(board, staging, firespread)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
     metrics_path = write_metrics(board, metrics) if metrics is not None else None

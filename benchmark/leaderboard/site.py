@@ -234,8 +234,22 @@ def _strata(board: Board, sub: str) -> list[dict]:
             for r in extra.iter_rows(named=True)]
 
 
-def render_site(board: Board, out: str | Path) -> list[Path]:
-    """Write index.html, models/*.html and plots/*.svg under ``out``; return the files written."""
+def _firespread_view(report, out: Path, written: list[Path]) -> dict | None:
+    """The fire-spread report on the page: Fig. 3 as a PNG and the F2R-vs-F2S tables."""
+    if report is None:
+        return None
+    from aegisbench.firespread.report import max_sd_by_level, table_views
+    name = "plots/firespread-sd_zt.png"
+    atomic_write_bytes(out / name, report.figure)
+    written.append(out / name)
+    peaks = [{"s": r["s_level"], "mean": f"{r['mean']:.1f}", "range": f"{r['lo']:.1f}–{r['hi']:.1f}"}
+             for r in max_sd_by_level(report.sd_zt).iter_rows(named=True)]
+    return {"figure": name, "peaks": peaks, "tables": table_views(report)}
+
+
+def render_site(board: Board, out: str | Path, firespread=None) -> list[Path]:
+    """Write index.html, models/*.html and plots/*.svg under ``out``; return the files written.
+    ``firespread``: the fire-spread report, shown in the fire-spread section."""
     out = Path(out)
     env = environment()
     secs = sections(board)
@@ -251,6 +265,9 @@ def render_site(board: Board, out: str | Path) -> list[Path]:
                 written.append(out / name)
                 plots[(section.anchor, metric)] = name
     views = [section_view(board, s, plots) for s in secs]
+    fs_view = _firespread_view(firespread, out, written)
+    for v in views:
+        v["firespread"] = fs_view if v["s"].track == "firespread" else None
     metrics_css = [(v["anchor"], g["index"], p["slug"], i == 0)
                    for v in views for g in v["groups"] for i, p in enumerate(g["panels"])]
     common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
