@@ -148,10 +148,16 @@ def silent_failure(clean_recall: float, corrupted_recall: float, stability: floa
 # ------------------------------------------------------------------------ WARP
 
 
-@metric(True)
+@metric(False)
 def map_percent_loss(map_after: float, map_original: float) -> float:
-    """WARP ``L = (mAP_after - mAP_original) / mAP_original * 100`` (NaN if original is 0)."""
-    return (map_after - map_original) / map_original * 100.0 if map_original else float("nan")
+    """WARP mAP loss in percent, positive for a loss (lower is better), as seed 000's tables
+    report it: ``(mAP_original - mAP_after) / mAP_original * 100`` -- the negated Eq. 3
+    (NaN if original is 0).
+
+    >>> map_percent_loss(0.25, 0.5), map_percent_loss(0.5, 0.5)
+    (50.0, 0.0)
+    """
+    return (map_original - map_after) / map_original * 100.0 if map_original else float("nan")
 
 
 @metric(False)
@@ -164,15 +170,6 @@ def flip_probabilities(original_positive, patched_positive) -> tuple[np.ndarray,
     if p.ndim != 2 or p.shape[0] != o.shape[0] or p.shape[1] == 0:
         raise ValueError("patched_positive must be (n_images, n_positions) with n_positions >= 1")
     return (o & ~p).mean(axis=1), (~o & p).mean(axis=1)
-
-
-def grid_patch_boxes(width: float, height: float, grid: tuple[int, int] = (25, 25),
-                     patch_size: float = 25.0) -> np.ndarray:
-    """xyxy patch boxes centred in each grid cell, row-major (position j = row * cols + col)."""
-    rows, cols = grid
-    cy, cx = np.meshgrid((np.arange(rows) + 0.5) * height / rows, (np.arange(cols) + 0.5) * width / cols, indexing="ij")
-    c = np.stack([cx.ravel(), cy.ravel()], axis=1)
-    return np.concatenate([c - patch_size / 2, c + patch_size / 2], axis=1)
 
 
 @metric(False)

@@ -206,7 +206,7 @@ def test_warp_noise_map_percent_loss(tmp_path, repo, index):
         before = m[("synthetic_smoke", "clean", "map50_95")]["value"]
         assert before == pytest.approx(1.0) and after < before
         loss = m[("synthetic_smoke", config, "warp_map_loss")]["value"]
-        assert loss == pytest.approx((after - before) / before * 100) and loss < 0
+        assert loss == pytest.approx((before - after) / before * 100) and loss > 0  # positive = a loss
     assert not any(k[2] == "warp_map_loss" for k in m if k[1] not in warp)
 
 

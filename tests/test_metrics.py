@@ -38,7 +38,9 @@ def test_recall_by_size_bands_are_half_open():
 def test_relative_drop_and_map_percent_loss():
     assert M.relative_drop(0.8, 0.2) == pytest.approx(0.75)
     assert np.isnan(M.relative_drop(0.0, 0.0))
-    assert M.map_percent_loss(0.25, 0.5) == -50.0
+    assert M.map_percent_loss(0.25, 0.5) == 50.0  # a loss is positive, as in seed 000's tables
+    assert M.map_percent_loss(0.6, 0.5) == pytest.approx(-20.0)
+    assert M.higher_is_better(M.map_percent_loss) is False
     assert M.map_percent_loss(0.5, 0.5) == 0.0
 
 
@@ -71,17 +73,18 @@ def test_warp_flip_probabilities_and_deception():
     assert alpha.tolist() == [0.5, 0.0, 0.0] and beta.tolist() == [0.0, 0.25, 0.0]
     with pytest.raises(ValueError):
         M.flip_probabilities(orig, patched[:2])
-    patches = M.grid_patch_boxes(250, 100, grid=(2, 5), patch_size=10)
-    assert patches.shape == (10, 4) and patches[6].tolist() == [70.0, 70.0, 80.0, 80.0]  # row 1, col 1
-    dets = [np.zeros((0, 4))] * 10
-    dets[6] = np.array([[70, 70, 80, 80], [71, 70, 81, 80], [0, 0, 5, 5]], float)
-    dets[2] = np.array([[125, 20, 150, 45]], float)  # overlaps its patch with IoU < 0.5
+    from aegisbench.evaluation.warp_eval import patch_boxes  # the engine's boxes, clipped: the one source
+    patches = patch_boxes(250, 100, grid=5, patch_px=10)
+    assert patches.shape == (25, 4) and patches[6].tolist() == [70.0, 25.0, 80.0, 35.0]  # row 1, col 1
+    dets = [np.zeros((0, 4))] * 25
+    dets[6] = np.array([[70, 25, 80, 35], [71, 25, 81, 35], [0, 0, 5, 5]], float)
+    dets[2] = np.array([[120, 5, 145, 30]], float)  # overlaps its patch with IoU < 0.5
     counts = M.deception_counts(patches, dets)
-    assert counts.tolist() == [0, 0, 0, 0, 0, 0, 2, 0, 0, 0]
-    per_img = np.stack([counts, np.zeros(10, int)])
-    # two deceiving boxes on one patch position deceive once: D = 1 of A = 10 positions
-    assert M.gamma_rates(per_img).tolist() == [0.1, 0.0]
-    assert M.deception_heatmap(per_img, (2, 5))[1, 1] == 2
+    assert counts.tolist() == [0] * 6 + [2] + [0] * 18
+    per_img = np.stack([counts, np.zeros(25, int)])
+    # two deceiving boxes on one patch position deceive once: D = 1 of A = 25 positions
+    assert M.gamma_rates(per_img).tolist() == [0.04, 0.0]
+    assert M.deception_heatmap(per_img, (5, 5))[1, 1] == 2
 
 
 def test_warp_gamma_table_reproduces_paper_expected_rates():

@@ -11,7 +11,8 @@ Metric names (one snake_case name per quantity):
 * against clean: ``relative_drop_<recall|precision|f1|map50|map50_95>``, ``loc_iou``
   (localization stability), ``loc_center_shift``, ``loc_n_both``, ``silent_failure``
   (1 = flagged), ``effectiveness`` and ``effectiveness_size_<band>`` (seed 002);
-  ``warp_map_loss`` (mAP50-95 % change) on WARP global-noise configs;
+  ``warp_map_loss`` (mAP50-95 % loss against clean, positive = worse, as seed 000 reports it)
+  on WARP global-noise configs;
 * clean only: ``frozen_threshold val_f1 val_recall val_precision``;
 * smoke: ``image_precision image_recall image_f1``, ``time_to_detect_min``,
   ``time_to_detect_min_sd``, ``time_to_detect_frames``, ``time_to_detect_frames_sd``,

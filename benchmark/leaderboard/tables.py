@@ -37,7 +37,7 @@ LABELS = {
     "recall": "Recall", "precision": "Precision", "f1": "F1", "map50": "mAP50", "map50_95": "mAP50-95",
     "tp": "TP count", "fp": "FP count", "fn": "FN count", "loc_iou": "Localization IoU",
     "relative_drop_recall": "Recall drop vs own clean", "silent_failure": "Silent failure",
-    "time_to_detect_min": "Time to detect (min)", "warp_map_loss": "WARP mAP loss",
+    "time_to_detect_min": "Time to detect (min)", "warp_map_loss": "WARP mAP loss % (lower is better)",
     "f2r_precision": "F2R precision", "f2r_recall": "F2R recall", "f2r_f1": "F2R F1",
     "f2r_ap": "F2R AP", "f2s_brier": "F2S Brier", "f2s_ece": "F2S ECE", "excess_brier": "Excess Brier",
     "average_precision": "AP", "auc_pr_trapezoid": "AUC-PR (trapezoid)", "brier": "Brier", "ece": "ECE",
