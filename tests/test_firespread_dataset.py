@@ -191,6 +191,7 @@ def test_leaderboard_shows_fig3_and_the_f2r_f2s_table(repo, tmp_path, capsys):
     assert 'id="firespread-report"' in html and "plots/firespread-sd_zt.png" in html
     assert html.count("F2R vs F2S by Var[Z_t]") == 2 and "ECE floor" in html
     assert (lb / "site" / "plots" / "firespread-sd_zt.png").read_bytes() == (lb / "firespread" / "sd_zt.png").read_bytes()
+    assert "(firespread/README.md)" in (lb / "README.md").read_text()
     again = tmp_path / "lb2"
     assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(path), "--out", str(again)]) == 0
     for f in ("firespread/sd_zt.png", "firespread/f2r_vs_f2s.csv", "site/index.html"):

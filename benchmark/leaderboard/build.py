@@ -74,7 +74,7 @@ def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
         files.append(out / name)
     skipped = [{"folder": s.folder, "problem": s.problem, "reason": s.reason} for s in board.skipped]
     atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
-    atomic_write_text(out / "README.md", render_markdown(board))
+    atomic_write_text(out / "README.md", render_markdown(board, firespread_report=firespread is not None))
     files += [out / "skipped.json", out / "README.md"]
     files += render_site(board, out / "site", firespread=firespread)
     return files

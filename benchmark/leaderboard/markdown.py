@@ -151,8 +151,9 @@ def _ranks(board: Board, section: Section, metric: str) -> list[str]:
     return out + _table(["condition", "order (best first)"], body) + [""]
 
 
-def render_markdown(board: Board) -> str:
-    """The whole README.md of the leaderboard (deterministic)."""
+def render_markdown(board: Board, firespread_report: bool = False) -> str:
+    """The whole README.md of the leaderboard (deterministic); ``firespread_report``: link the
+    fire-spread report written beside it."""
     secs = sections(board)
     out = ["# AegisBench leaderboard", "",
            f"Built by `aegisbench leaderboard` from {len(board.provenance)} results folder(s), "
@@ -175,4 +176,8 @@ def render_markdown(board: Board) -> str:
         out += ["No current results yet.", ""]
     for section in secs:
         out += _section(board, section)
+        if section.track == "firespread" and firespread_report:
+            out += ["Seed 003's Fig. 3 (SD[Z_t] over t per S-Level, from the statistic) and the F2R-vs-F2S "
+                    "table by Var[Z_t] (all S-Levels pooled, with the ECE floor): "
+                    "[`firespread/README.md`](firespread/README.md).", ""]
     return "\n".join(out).rstrip("\n") + "\n"
