@@ -30,11 +30,11 @@ import polars as pl
 
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from aegisbench.errors import BadInput
+from aegisbench.firespread.evaluate import STRATA_FILE
 from aegisbench.firespread.scoring import VAR_EDGES
 
 log = logging.getLogger(__name__)
 
-STRATA_FILE = "strata.parquet"  # written by firespread.evaluate.score_submission
 TABLE_METRICS = ("f1", "precision", "recall", "average_precision", "auc_pr_trapezoid",
                  "brier", "ece", "ece_floor", "f1_sd_maps", "average_precision_sd_maps", "brier_sd_maps")
 COLUMN_LABELS = {"f1": "F2R F1", "precision": "F2R precision", "recall": "F2R recall",
