@@ -63,10 +63,3 @@ def json_sha256(obj: Any) -> str:
     return hashlib.sha256(canonical_json(obj).encode()).hexdigest()
 
 
-def source_tree_sha256(paths: list[Path], root: Path) -> str:
-    """Hash of a set of source files (relative path + bytes), order-independent."""
-    h = hashlib.sha256()
-    for p in sorted(paths, key=lambda q: q.relative_to(root).as_posix()):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0")
-        h.update(p.read_bytes() + b"\0")
-    return h.hexdigest()

@@ -36,7 +36,7 @@ PROJECT_DIRS = ("benchmark", "builders")  # dvc.yaml's code deps
 FAST_SOURCES = {
     "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
                       "small_size": [320, 320], "large_size": [640, 480]},
-    "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3, "size": [320, 240]},
+    "synthetic_smoke": {"n_train": 3, "n_val": 1, "n_test": 1, "frames_per_sequence": 3, "size": [320, 240]},
 }
 FAST_OVERRIDES = {
     "build": {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"],

@@ -14,7 +14,7 @@ Targets: every corruption >= 5x faster than its counterpart (low light >= 5x its
 4000x3000), within 15x of the copy floor (median/median or best/best: on a shared machine
 the best-of-N is the contention-free estimate), and < 1 GB peak for a 4000 x 3000 frame.
 
-    .venv/bin/python benchmarks/corruptions.py [--sizes 640x640,4000x3000] [--frame photo.jpg] [--json out.json]
+    .venv/bin/python benchmarks/corruptions.py [--sizes 640x640,4000x3000] [--frame photo.jpg] [--corruption NAME] [--json out.json]
 
 ``--frame`` times on a real photo (read as RGB, resized to each size) instead of the
 synthetic scene.
@@ -28,6 +28,7 @@ The peer environment (imagecorruptions needs numpy<2 and setuptools<80):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -90,12 +91,12 @@ def _apply(name: str):
 
     spec = C.get_spec(name)
     params = spec.severities[3]
-    kw = {f: getattr(params, f) for f in spec.params_type.__dataclass_fields__}
+    kw = dataclasses.asdict(params)
     counter = iter(range(10 ** 9))
     return lambda img: spec.fn(img, rng_for("bench", name, next(counter)), **kw)
 
 
-def time_interleaved(img: np.ndarray, npy: Path, repeats: int) -> tuple[dict, dict]:
+def time_interleaved(img: np.ndarray, npy: Path, repeats: int, only: list[str] | None = None) -> tuple[dict, dict]:
     """Each round: the floor, then every corruption followed at once by its counterpart in
     the persistent peer process; returns (ours, peers) lists of seconds."""
     import cv2
@@ -104,14 +105,14 @@ def time_interleaved(img: np.ndarray, npy: Path, repeats: int) -> tuple[dict, di
 
     cv2.setNumThreads(1)
     calls = {"float32_copy": lambda x: x.astype(np.float32)}
-    calls.update({n: _apply(n) for n in C.names()})
+    calls.update({n: _apply(n) for n in (only or C.names())})
     ours: dict[str, list[float]] = {k: [] for k in calls}
     peers: dict[str, list[float]] = {}
     for fn in calls.values():  # warm-up (tables, caches, thread pools)
         fn(img)
     proc = None
     if PEERS_PYTHON.exists():
-        chains = sorted({COUNTERPARTS[n] for n in C.names() if n in COUNTERPARTS})
+        chains = sorted({COUNTERPARTS[n] for n in (only or C.names()) if n in COUNTERPARTS})
         proc = subprocess.Popen([str(PEERS_PYTHON), "-c", PEER_SCRIPT, str(npy), json.dumps(chains)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                 env={**os.environ, **ONE_THREAD})
@@ -183,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frame", type=Path, help="a real photo to time on (resized to each size)")
     ap.add_argument("--repeats", type=int, default=0, help="timing rounds (default: by size)")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
+    ap.add_argument("--corruption", action="append", dest="corruptions", metavar="NAME",
+                    help="only this corruption (repeatable; default: all)")
     ap.add_argument("--peak-of", help=argparse.SUPPRESS)
     ap.add_argument("--image", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -201,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             npy = Path(tmp) / f"{size}.npy"
             np.save(npy, img)
             reps = args.repeats or (30 if mpx < 1 else 5)
-            ours, peers = time_interleaved(img, npy, reps)
+            ours, peers = time_interleaved(img, npy, reps, args.corruptions)
             med = {k: statistics.median(v) for k, v in ours.items()}
             best = {k: min(v) for k, v in ours.items()}
             floor = med["float32_copy"]
@@ -237,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
                 print(f"\npeak memory, {w}x{h} frame (fresh process per corruption), MB:")
                 print(f"{'':26s}{'rss delta':>10s}{'rss peak':>10s}{'numpy peak':>11s}")
-                for name in ["float32_copy", *C.names()]:
+                for name in ["float32_copy", *(args.corruptions or C.names())]:
                     mem = peak_memory(name, npy)
                     rows.setdefault(name, {}).update(mem)
                     over = mem["rss_delta_mb"] > 1024

@@ -5,6 +5,8 @@ plus a human description of every config, the sources, their licences and citati
 
 from __future__ import annotations
 
+import inspect
+
 import yaml
 
 from aegisbench.builders.hfrepo import FEATURES
@@ -74,6 +76,7 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
                      f"{descriptions.get(name, '')} |")
     lines += ["", "Splits are named after the source dataset; `<source>_val` is clean validation "
               "(used once to freeze a detector's threshold), `<source>` is the test split.", "",
+              *condition_notes(manifest), *warp_notes(manifest),
               "## Sources", "", "| source | track | kind | license | description |",
               "| --- | --- | --- | --- | --- |"]
     for s in sources:
@@ -81,3 +84,56 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
     cites = [s["citation"].strip() for s in sources if s.get("citation")]
     lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", ""]
     return "\n".join(lines)
+
+
+def condition_notes(manifest: dict) -> list[str]:
+    """"Conditions" section: each corruption's model (its docstring) and ladder targets."""
+    from aegisbench.corruptions import get_spec
+
+    used = sorted({c for cfg in manifest["configs"].values() for c in _corruptions_of(cfg.get("meta", {}))})
+    if not used:
+        return []
+    out = ["## Conditions", "",
+           "Each corruption is one physical model; its three severities hit declared targets "
+           "of one image statistic on the calibration sample (`aegisbench calibrate`).", ""]
+    for name in used:
+        spec = get_spec(name)
+        doc = inspect.getdoc(spec.fn) or ""
+        body = " ".join(line.strip() for line in doc.splitlines()[1:] if line.strip())
+        targets = " / ".join(f"{t:g}" for t in spec.targets)
+        text = " ".join(x for x in (spec.summary, body) if x)
+        out.append(f"- `{name}` ({spec.family}): {text} Ladder: `{spec.statistic}` "
+                   f"targets {targets} (s1 / s2 / s3), parameter `{spec.fit_param}`.")
+    return [*out, ""]
+
+
+def _corruptions_of(meta: dict) -> list[str]:
+    if meta.get("kind") == "corruption":
+        return [meta["corruption"]]
+    if meta.get("kind") == "compound":
+        return [c.rsplit("_s", 1)[0] for c in meta.get("components", [])]
+    return []
+
+
+WARP_NOTE = (
+    "## WARP (seed 000)", "",
+    "- Global noise `x' = (1 - a) x + a sigma r`, `r ~ N(0, 1)`, as seed 000 defines it: on "
+    "the tensor the model sees. Wrapped detectors (`aegisbench detect` on a `warp_noise_*` "
+    "config) read the clean frame and add the noise to their input tensor after "
+    "letterbox/resize, with sigma of that tensor. The stored `warp_noise_*` configs, for "
+    "prediction-file submitters, add it to the full stored frame (sigma of the frame), rounded "
+    "and clipped to 8 bits: a detector that then resizes the frame averages part of that noise "
+    "away (at an input size of 256 about 63 % of the seed's noise SD reaches the model), so "
+    "scores on the stored configs are not comparable with the seed's figures.",
+    "- Local deception: an opaque procedural cumulus cloud filling its 25 x 25 px patch "
+    "(25 px per 640 px of the longer side) is pasted at the centre of each cell of a 25 x 25 "
+    "grid (625 variants per smoke-positive clean test image, `aegisbench warp-detect`); a box "
+    "drawn tight around the visible cloud has IoU >= 0.8 with the patch box, so a detection of "
+    "the cloud counts as deceived.", "",
+)
+
+
+def warp_notes(manifest: dict) -> list[str]:
+    """"WARP" section when the repo has WARP noise levels."""
+    metas = [cfg.get("meta", {}) for cfg in manifest["configs"].values()]
+    return list(WARP_NOTE) if any(m.get("kind") == "warp_noise" for m in metas) else []

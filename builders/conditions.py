@@ -15,6 +15,7 @@ carries ``meta`` written to the manifest, so nothing downstream parses names.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -68,7 +69,7 @@ class ConditionTransform:
                                geometry=self.geometry, table=_table(self.table, self.version))
 
 
-def _corruption_spec(condition: str) -> ConfigSpec:
+def _corruption_spec(condition: str, table) -> ConfigSpec:
     from aegisbench.corruptions import get_spec, parse_condition, to_config_name
     steps = parse_condition(condition)
     if not steps:
@@ -78,8 +79,11 @@ def _corruption_spec(condition: str) -> ConfigSpec:
         (p,) = parts
         spec = get_spec(p["corruption"])
         meta = {"kind": "corruption", **p, "components": [condition], "warp_level": None}
+        values = dataclasses.asdict(table.params(p["corruption"], p["severity"]))
         text = (f"`{p['corruption']}` ({p['family']}) at severity {p['severity']}: "
-                f"{spec.summary or spec.statistic}. Test splits only; boxes as in `clean`.")
+                f"{(spec.summary or spec.statistic).rstrip('.')}; "
+                + ", ".join(f"{k} {v:g}" for k, v in values.items())
+                + ". Test splits only; boxes as in `clean`.")
     else:
         meta = {"kind": "compound", "corruption": condition, "family": "compound",
                 "severity": max(p["severity"] for p in parts),
@@ -95,8 +99,10 @@ def _warp_spec(level: float) -> ConfigSpec:
     name = warp_level_name(level)
     meta = {"kind": "warp_noise", "corruption": "warp_noise", "family": "warp", "severity": 0,
             "components": [], "warp_level": float(level)}
-    return ConfigSpec(name, f"WARP global noise x' = (1-a)x + a*sigma*N(0,1), a = {level:g} "
-                      "(sigma = the image's own standard deviation). Smoke track only.",
+    return ConfigSpec(name, f"WARP global noise x' = (1-a)x + a*sigma*N(0,1), a = {level:g}, "
+                      "on the stored full frame (sigma = the frame's standard deviation; rounded "
+                      "and clipped to 8 bits), for prediction-file submitters; wrapped detectors "
+                      "get the noise on their input tensor instead (see WARP below). Smoke track only.",
                       tracks=("smoke",), condition=name, meta=meta)
 
 
@@ -109,8 +115,9 @@ def config_specs(params: Params) -> list[ConfigSpec]:
     if "all" in conditions:
         from aegisbench.corruptions import list_conditions
         conditions = list_conditions() + [c for c in conditions if c != "all"]
+    table = _table(b.severity_table, params.benchmark_version)
     for cond in dict.fromkeys([*conditions, *b.compound]):
-        specs.append(_corruption_spec(cond))
+        specs.append(_corruption_spec(cond, table))
     specs += [_warp_spec(a) for a in b.warp_noise_levels]
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})

@@ -274,6 +274,8 @@ class _Scene:
             return vis
         top = max(0, int(p["y"] - height * 1.4 - 5))
         bot = min(self.h, int(p["y"] + 4 * p["w0"] + 3))
+        if top >= bot:  # the young plume is still below the frame's lower edge
+            return vis
         ys = np.arange(top, bot, dtype=np.float32)[:, None]
         z = p["y"] - ys  # height above the source
         zc = np.clip(z, 0, None)

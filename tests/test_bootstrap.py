@@ -126,3 +126,12 @@ def test_condition_intervals_cover_point_estimates():
         BootstrapParams(n_resamples=0)
     with pytest.raises(ValueError):
         BootstrapParams(percentiles=(97.5, 2.5))
+
+
+def test_resamples_without_gt_are_left_out_of_recall_not_counted_as_zero():
+    # one image with GT (found), two without: a perfect detector
+    counts = np.array([[1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    ci = count_intervals(counts, ("no-gt",))
+    assert ci["recall"] == (1.0, 1.0) and ci["f1"] == (1.0, 1.0)
+    W = multiplicities(resample_indices(3, ("no-gt",)), 3)
+    assert (W[:, 0] == 0).any()  # some resamples really had no GT box

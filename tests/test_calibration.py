@@ -13,6 +13,7 @@ import yaml
 import aegisbench.corruptions as C
 from aegisbench.builders.source_table import SourceRecord, write_source_table
 from aegisbench.corruptions import commands
+from aegisbench.corruptions import registry as R
 from aegisbench.corruptions.samples import synthetic_scene
 from aegisbench.errors import BadInput
 
@@ -73,8 +74,113 @@ def test_unreachable_target_is_reported():
     report = C.calibrate(flat, ["motion_blur"], fit=True)
     lad = report.ladders["motion_blur"]
     assert not report.ok and not any(lad.within_tolerance)
-    assert len(lad.messages) == 3 and all("not reached" in m for m in lad.messages)
-    assert any("motion_blur: fit missed" in f for f in report.failures())
+    assert len(lad.messages) == 3
+    for s, m in zip((1, 2, 3), lad.messages):
+        assert m.startswith(f"s{s}: target mean_sobel") and "unreachable" in m
+        assert "length stops at its upper bound 200" in m
+    assert [f.split(":")[0] for f in report.failures()] == ["motion_blur s1", "motion_blur s2",
+                                                         "motion_blur s3"]
+
+
+def test_cli_fit_unreachable_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys):
+    from aegisbench.builders.source_table import SourceRecord, write_source_table
+    from aegisbench.cli import main
+
+    src = tmp_path / "flat.parquet"
+    write_source_table([SourceRecord.from_image("flat", "test", "synthetic_sar",
+                                                np.full((64, 64, 3), 128, np.uint8),
+                                                boxes=[[2, 2, 10, 10]], labels=["person"])], src)
+    out, metrics = tmp_path / "t.yaml", tmp_path / "m.json"
+    rc = main(["calibrate", "--source-table", str(src), "--sample", "1", "--fit",
+               "--corruption", "motion_blur", "--out", str(out), "--metrics", str(metrics),
+               "--params", str(tmp_path / "none.yaml")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1
+    assert "motion_blur s3: target mean_sobel 0.0472 is unreachable" in err[0]
+    assert "upper bound 200" in err[0]
+    assert not out.exists() and not metrics.exists()
+
+
+def _table_doc(tmp_path):
+    path = C.save_table(tmp_path / "t.yaml", C.default_table(), benchmark_version="1.0")
+    return path, yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda d: d["corruptions"]["dust_haze"]["severities"].pop("s2"),
+     r"dust_haze.severities: missing severity s2"),
+    (lambda d: d["corruptions"]["smoke_haze"]["targets"].update(s3=0.2),
+     r"smoke_haze.targets.s3: rms_contrast target 0.2 does not fall from s2"),
+    (lambda d: d["corruptions"]["low_light"]["severities"]["s3"].update(stops=12.5),
+     r"low_light.s3.stops: 12.5 is outside the declared range \[0.0, 10.0\]"),
+    (lambda d: d["corruptions"]["water_glare"]["severities"]["s1"].update(glow=1.0),
+     r"water_glare.s1.glow: unknown parameter"),
+    (lambda d: d["corruptions"]["motion_blur"]["severities"]["s2"].update(length="long"),
+     r"motion_blur.s2.length: must be a number"),
+])
+def test_bad_severity_table_names_corruption_severity_and_field(tmp_path, mutate, fragment, capsys):
+    from aegisbench.cli import main
+
+    path, doc = _table_doc(tmp_path)
+    mutate(doc)
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(BadInput, match=fragment):
+        C.load_table(path)
+    img = tmp_path / "g.png"
+    src = tmp_path / "s.parquet"
+    from aegisbench.builders.source_table import SourceRecord, write_source_table
+    write_source_table([SourceRecord.from_image("a", "test", "synthetic_sar", synthetic_scene(40, 40, key=("t",)),
+                                                boxes=[[2, 2, 10, 10]], labels=["person"])], src)
+    rc = main(["preview-grid", "--source-table", str(src), "--image-id", "a", "--out", str(img),
+               "--table", str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and str(path) in err[0] and not img.exists()
+
+
+def test_targets_in_a_table_drive_the_fit(sample, tmp_path):
+    path, doc = _table_doc(tmp_path)
+    doc["corruptions"]["smoke_haze"]["targets"] = {"s1": 0.10, "s2": 0.07, "s3": 0.05}
+    path.write_text(yaml.safe_dump(doc))
+    table = C.load_table(path)
+    assert table.targets_for("smoke_haze") == (0.10, 0.07, 0.05)
+    report = C.calibrate(sample, ["smoke_haze"], fit=True, table=table)
+    assert report.ladders["smoke_haze"].means == pytest.approx((0.10, 0.07, 0.05), rel=0.02)
+
+
+@pytest.mark.parametrize("image, fragment", [
+    (np.zeros((8, 8, 3), np.float32), "float32"),
+    (np.zeros((8, 8), np.uint8), r"\(8, 8\)"),
+    (np.zeros((8, 8, 4), np.uint8), r"\(8, 8, 4\)"),
+])
+def test_image_that_is_not_uint8_rgb_names_the_condition(image, fragment):
+    with pytest.raises(BadInput, match=rf"condition dust_haze_s2: image: .*{fragment}"):
+        C.apply_condition("dust_haze_s2", image, key=("v", "s", "i"))
+    with pytest.raises(BadInput, match=rf"low_light: image: .*{fragment}"):
+        C.low_light(image, np.random.default_rng(0), stops=1.0)
+
+
+def test_registry_requires_declared_bounds_and_fit_bounds_inside_them():
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class NoBounds:
+        x: float = 1.0
+
+    @dataclass(frozen=True)
+    class Bounded:
+        x: float = 1.0
+        BOUNDS = {"x": (0.0, 2.0)}
+
+    for params, bounds, fragment in [(NoBounds, (0.0, 1.0), "BOUNDS must declare"),
+                                     (Bounded, (0.0, 3.0), r"leave the declared range")]:
+        with pytest.raises(ValueError, match=fragment):
+            R.corruption("tmp_unit", family="storm", params=params,
+                         severities={s: params() for s in (1, 2, 3)}, statistic="rms_contrast",
+                         targets=(0.3, 0.2, 0.1), direction=-1, fit_param="x", fit_bounds=bounds)
+    for name in C.names():
+        spec = C.get_spec(name)
+        lo, hi = spec.params_type.BOUNDS[spec.fit_param]
+        assert lo <= spec.fit_bounds[0] < spec.fit_bounds[1] <= hi
 
 
 def test_save_and_load_table_round_trip(tmp_path, sample):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import doctest
 import importlib
 
@@ -19,7 +20,7 @@ KEY = ("0.1.0", "synthetic_sar", "img_0001")
 
 # Every registered corruption needs an entry here (checked below). ``identity`` are
 # parameters under which the model must return the input unchanged, up to
-# ``tolerance`` DN (shot noise cannot be switched off, only made negligible).
+# ``tolerance`` DN.
 SETTINGS = {
     "water_glare": {"identity": {"coverage": 0.0}, "tolerance": 0},
     "turbidity_cast": {"identity": {"turbidity": 0.0, "chroma": 0.0}, "tolerance": 0},
@@ -28,8 +29,8 @@ SETTINGS = {
     "fire_warm_tint": {"identity": {"optical_depth": 0.0, "cct_k": 6504.0}, "tolerance": 0},
     "rain_streaks": {"identity": {"density": 0.0, "veil": 0.0}, "tolerance": 0},
     "motion_blur": {"identity": {"length": 0.0}, "tolerance": 0},
-    "low_light": {"identity": {"stops": 0.0, "blue_shift": 0.0, "read_noise": 0.0,
-                               "full_well": 1e7}, "tolerance": 1},
+    "low_light": {"identity": {"stops": 0.0, "wb_r": 1.0, "wb_b": 1.0, "read_noise": 0.0,
+                               "shot_noise": 0.0}, "tolerance": 0},
     "dust_haze": {"identity": {"optical_depth": 0.0}, "tolerance": 0},
 }
 
@@ -106,7 +107,7 @@ def test_statistic_strictly_monotone_across_severities(name, sample):
 @pytest.mark.parametrize("name", sorted(SETTINGS))
 def test_identity_parameters_return_the_input(name, image):
     spec = C.get_spec(name)
-    params = {f: getattr(spec.severities[2], f) for f in spec.params_type.__dataclass_fields__}
+    params = dataclasses.asdict(spec.severities[2])
     params.update(SETTINGS[name]["identity"])
     out = spec.fn(image, rng_for("identity"), **params)
     assert np.abs(out.astype(int) - image.astype(int)).max() <= SETTINGS[name]["tolerance"]

@@ -47,36 +47,63 @@ def test_dust_airlight_is_browner_than_smoke():
     assert abs(mean_rb_ratio(smoke) - 1.0) < 0.15  # neutral grey airlight
 
 
-@pytest.mark.parametrize("severity, stops", [(3, 4.47)])
-def test_low_light_s3_is_4_47_stops_in_linear_light(severity, stops):
-    img = textured_grey(lo=90, hi=200)  # mid tones: no clipping at either end
-    out = C.apply_condition(f"low_light_s{severity}", img, key=KEY)
+# The reference release's low-light formula, written out here as the independent
+# derivation: lin = J^2.2 * gain, red * 0.92, blue * 1.06, + N(0, 1) * (sqrt(k lin) + c).
+REFERENCE_LOW_LIGHT = {1: (0.330, 0.012, 0.010), 2: (0.130, 0.020, 0.018), 3: (0.045, 0.030, 0.028)}
+
+
+def reference_low_light_flat(code: int, severity: int, n: int = 400_000) -> np.ndarray:
+    gain, k, c = REFERENCE_LOW_LIGHT[severity]
+    lin = (code / 255.0) ** 2.2 * gain * np.array([0.92, 1.0, 1.06])
+    z = np.random.default_rng(severity).standard_normal((n, 3))
+    return 255.0 * np.clip(lin + z * (np.sqrt(k * lin) + c), 0, 1) ** (1 / 2.2)
+
+
+@pytest.mark.parametrize("severity, ref_sd", [(1, 18.0), (2, 32.3), (3, 35.4)])
+def test_low_light_flat_grey_noise_matches_the_reference(severity, ref_sd):
+    assert reference_low_light_flat(200, severity).std() == pytest.approx(ref_sd, abs=0.2)
+    flat = np.full((400, 400, 3), 200, np.uint8)
+    out = C.apply_condition(f"low_light_s{severity}", flat, key=KEY).astype(np.float64)
+    assert out.std() == pytest.approx(ref_sd, rel=0.20)
+    assert out.std() == pytest.approx(ref_sd, rel=0.03)  # tighter than the issue asks
+    assert out.mean() == pytest.approx(reference_low_light_flat(200, severity).mean(), rel=0.03)
+
+
+@pytest.mark.parametrize("severity, stops", [(1, 1.60), (2, 2.94), (3, 4.47)])
+def test_low_light_exposure_loss_in_linear_luminance(severity, stops):
+    gain = REFERENCE_LOW_LIGHT[severity][0]
+    assert math.log2(1 / gain) == pytest.approx(stops, abs=0.005)
+    p = C.default_table().params("low_light", severity)
+    assert p.stops == stops
+    img = textured_grey(lo=90, hi=200)
+    quiet = {**p.__dict__, "shot_noise": 0.0, "read_noise": 0.0}  # the photometric part alone
+    out = C.low_light(img, rng_for("loss", severity), **quiet)
     loss = math.log2(lin_luminance(img) / lin_luminance(out))
-    assert C.default_table().params("low_light", severity).stops == stops
-    assert loss == pytest.approx(stops, abs=0.08)
+    assert loss == pytest.approx(stops, abs=0.05)
 
 
-def test_low_light_noise_is_poisson_gaussian_in_electrons():
+def test_low_light_noise_is_poisson_gaussian():
     p = C.default_table().params("low_light", 2)
-    gains = illuminant_gains(p.twilight_cct_k, p.blue_shift)
-    scale = 2.0 ** -p.stops * p.full_well
-    for level in (120, 220):
-        flat = np.full((300, 300, 3), level, np.uint8)
+    wb = np.array([p.wb_r, 1.0, p.wb_b]) / (np.array(LUMA) @ np.array([p.wb_r, 1.0, p.wb_b]))
+    variances = []
+    for level in (60, 120, 230):
+        flat = np.full((400, 400, 3), level, np.uint8)
         out = C.low_light(flat, rng_for("noise", level), **p.__dict__)
-        e_out = linear(out)[..., 1] * p.full_well  # green channel, electrons
-        expected_mean = linear(flat)[0, 0, 1] * gains[1] * scale
-        assert e_out.mean() == pytest.approx(expected_mean, rel=0.05)
-        # variance = shot (mean) + read^2, plus the 8-bit output quantisation
-        step = p.full_well * GAMMA * (out.mean() / 255.0) ** (GAMMA - 1) / 255.0
-        expected_var = expected_mean + p.read_noise ** 2 + step ** 2 / 12
-        assert e_out.var() == pytest.approx(expected_var, rel=0.2)
+        lin_out = linear(out)[..., 1]  # green channel, linear units
+        expected_mean = linear(flat)[0, 0, 1] * wb[1] * 2.0 ** -p.stops
+        sd = math.sqrt(p.shot_noise * expected_mean + p.read_noise ** 2)
+        if expected_mean > 3 * sd:  # far from the clip at zero: moments are the model's
+            assert lin_out.mean() == pytest.approx(expected_mean, rel=0.03)
+            assert lin_out.var() == pytest.approx(sd ** 2, rel=0.15)
+        variances.append(lin_out.var())
+    assert variances[0] < variances[1] < variances[2]  # shot noise grows with the signal
 
 
-def test_low_light_blue_shift_and_photon_scaling():
+def test_low_light_twilight_white_balance():
     grey = textured_grey()
     out = C.apply_condition("low_light_s3", grey, key=KEY)
     m = linear(out).reshape(-1, 3).mean(axis=0)
-    assert m[2] > m[0]  # twilight: blue above red
+    assert m[2] > m[1] > m[0]  # twilight: blue above green above red
 
 
 @pytest.mark.parametrize("depth, patch, alpha", [(0.0, 0.3, 0), (0.5, 0.35, 1.3), (8.0, 3.0, 4.0)])
@@ -209,3 +236,16 @@ def test_inundation_covers_requested_fraction_with_bounded_ripple(scene):
         o = C.inundation(grey, rng_for("c", cov), **q.__dict__)
         covered = np.mean(np.abs(o.astype(int) - grey.astype(int)).mean(axis=2) > 20)
         assert covered == pytest.approx(cov, abs=0.06)
+
+
+def test_dust_haze_s3_is_a_haze_not_a_sheet(scene):
+    from aegisbench.corruptions.statistics import edge_correlation, rms_contrast
+
+    out = C.apply_condition("dust_haze_s3", scene, key=KEY)
+    sheet = C.apply_condition("dust_haze_s3", np.full_like(scene, 128), key=KEY)  # dust, no scene
+    assert rms_contrast(out) < 0.6 * rms_contrast(scene)  # contrast is really lost ...
+    assert edge_correlation(out, scene) > 0.5  # ... but the scene's edges are still there
+    assert edge_correlation(sheet, scene) < 0.1
+    # a far deeper cloud fades the structure further: the measure follows the depth
+    deep = C.dust_haze(scene, rng_for("deep"), optical_depth=6.0)
+    assert edge_correlation(deep, scene) < edge_correlation(out, scene)

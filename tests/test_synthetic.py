@@ -243,3 +243,14 @@ def test_contact_sheet_rejects_empty_input(tmp_path):
     with pytest.raises(BadInput):
         contact_sheet([rec], tmp_path / "x.png", thumb=0)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_smoke_plume_below_the_frame_is_invisible_not_an_error():
+    """A plume whose source sits below the lower edge has nothing to draw yet."""
+    from aegisbench.builders.synthetic_smoke import SyntheticSmokeConfig, generate_synthetic_smoke
+
+    cfg = SyntheticSmokeConfig(n_train=1, n_val=1, n_test=1, frames_per_sequence=3, size=[320, 240])
+    records = list(generate_synthetic_smoke(cfg, "0.4.0"))  # this key puts one source off-frame
+    assert len(records) == 9
+    for r in records:
+        assert r.image().shape == (240, 320, 3)

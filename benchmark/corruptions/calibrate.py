@@ -104,12 +104,17 @@ class CalibrationReport:
     def failures(self) -> list[str]:
         out = []
         for name, lad in self.ladders.items():
-            if not lad.monotone:
+            if not lad.monotone and not (lad.fitted and not all(lad.within_tolerance)):
                 out.append(f"{name}: {lad.statistic} not strictly monotone "
                            f"({', '.join(f'{m:.4g}' for m in lad.means)})")
-            if lad.fitted and not all(lad.within_tolerance):
-                bad = [f"s{s}" for s in SEVERITIES if not lad.within_tolerance[s - 1]]
-                out.append(f"{name}: fit missed the target at {', '.join(bad)}")
+            if lad.fitted and not all(lad.within_tolerance):  # (a failed fit explains the order)
+                if lad.messages:
+                    out.extend(f"{name} {m}" for m in lad.messages)
+                bad = [s for s in SEVERITIES if not lad.within_tolerance[s - 1]
+                       and not any(m.startswith(f"s{s}:") for m in lad.messages)]
+                out.extend(f"{name} s{s}: fit ended at {lad.statistic} {lad.means[s - 1]:.4g}, "
+                           f"{lad.rel_errors[s - 1]:.1%} off the target {lad.targets[s - 1]:.4g}"
+                           for s in bad)
         return out
 
     def to_dict(self) -> dict:
@@ -185,7 +190,8 @@ class _Ladder:
 
         found = _bracket(f, float(getattr(params, name)), lo, hi)
         if isinstance(found, str):
-            return params, f"s{severity}: target {target:.4g} not reached: {found}"
+            return params, (f"s{severity}: target {self.spec.statistic} {target:.4g} is unreachable: "
+                            f"{name} {found}")
         a, b, root = found
         x = root if root is not None else brentq(f, a, b, xtol=1e-6 * (hi - lo), rtol=1e-6,
                                                   maxiter=60)
@@ -205,20 +211,24 @@ def _bracket(f, x0: float, lo: float, hi: float, max_steps: int = 24):
     f1 = f(x1)
     if abs(f1) > abs(f0) and np.sign(f1) == np.sign(f0):
         direction, x1, f1 = -direction, x0, f0  # walk the other way
+    def at_bound(x: float, fx: float) -> str:
+        side = "lower" if x == lo else "upper"
+        return f"stops at its {side} bound {x:g} (declared range [{lo:g}, {hi:g}]), {fx:+.4g} from it"
+
     for _ in range(max_steps):
         if f1 == 0.0:
             return x1, x1, x1
         if np.sign(f1) != np.sign(f0):
             return min(x0, x1), max(x0, x1), None
         if x1 in (lo, hi) and x1 != x0:
-            return f"{x1} is the end of the bracket [{lo}, {hi}] (statistic {f1:+.4g} off target)"
+            return at_bound(x1, f1)
         x0, f0 = x1, f1
         step *= 2.0
         x1 = min(max(x0 + direction * step, lo), hi)
         if x1 == x0:
-            return f"{x1} is the end of the bracket [{lo}, {hi}] (statistic {f1:+.4g} off target)"
+            return at_bound(x1, f1)
         f1 = f(x1)
-    return f"no sign change after {max_steps} steps"
+    return f"finds no sign change in [{lo:g}, {hi:g}] after {max_steps} steps"
 
 
 def calibrate(images, corruptions: Sequence[str] | None = None, fit: bool = False, *,
@@ -243,31 +253,32 @@ def calibrate(images, corruptions: Sequence[str] | None = None, fit: bool = Fals
         spec = ladder.spec
         clean = float(np.mean([measure(spec.statistic, img, img) for img in sample.values()]))
         messages, used = [], {}
+        targets = table.targets_for(name)
         for s in SEVERITIES:
             params = table.params(name, s)
             if fit:
-                params, msg = ladder.fit(params, s, spec.targets[s - 1], rtol)
+                params, msg = ladder.fit(params, s, targets[s - 1], rtol)
                 if msg:
                     messages.append(msg)
                 table = table.with_params(name, s, params)
             used[s] = params
         vals = [ladder.values(used[s], s) for s in SEVERITIES]
         means = tuple(float(v.mean()) for v in vals)
-        within = tuple(abs(m - t) <= rtol * abs(t) for m, t in zip(means, spec.targets))
+        within = tuple(abs(m - t) <= rtol * abs(t) for m, t in zip(means, targets))
         lad = LadderReport(
             corruption=name, statistic=spec.statistic, direction=spec.direction,
-            targets=spec.targets, means=means, stds=tuple(float(v.std()) for v in vals),
+            targets=targets, means=means, stds=tuple(float(v.std()) for v in vals),
             clean_mean=clean, params={s: dataclasses.asdict(used[s]) for s in SEVERITIES},
             fit_param=spec.fit_param, fitted=fit, within_tolerance=within,
             messages=tuple(messages))
         log.info("%s: %s %s (targets %s)%s", name, spec.statistic,
-                 " ".join(f"{m:.4g}" for m in means), " ".join(f"{t:.4g}" for t in spec.targets),
+                 " ".join(f"{m:.4g}" for m in means), " ".join(f"{t:.4g}" for t in targets),
                  f" after {ladder.evaluations} evaluations" if fit else "")
         if not lad.monotone:
             log.warning("%s: ladder is not strictly monotone", name)
         ladders[name] = lad
     return CalibrationReport(benchmark_version=version, sample_ids=tuple(sample), ladders=ladders,
-                             table=SeverityTable(table.overrides, version), fit=fit, rtol=rtol,
+                             table=SeverityTable(table.overrides, version, table.targets), fit=fit, rtol=rtol,
                              geometry=geometry)
 
 

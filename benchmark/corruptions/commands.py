@@ -4,7 +4,9 @@
 measures every severity ladder on a deterministic sample of N images of the source
 table (ranked by SHA-256 of version and image id), optionally fits the ladder
 parameters, writes the report as JSON (usable as DVC metrics) and the table as
-YAML. Exit status 1 when a ladder is not strictly monotone or a fit misses.
+YAML. A ladder that is not strictly monotone, or a fit that cannot reach its target
+inside the parameter's declared bounds, is refused: exit 2, one line naming the
+corruption, the severity, the target and the bound, and nothing written.
 
 ``aegisbench preview-grid --source-table T --image-id ID --out PNG`` renders one
 frame under every corruption and severity.
@@ -107,15 +109,16 @@ def run_calibrate(args: argparse.Namespace) -> int:
     table = load_table(args.table) if args.table else None
     report = calibrate(images, args.corruptions, fit=args.fit, benchmark_version=args.benchmark_version,
                        table=table, rtol=args.rtol, geometry=args.geometry, boxes=boxes)
+    failures = report.failures()
+    if failures:
+        raise BadInput("; ".join(failures), where=f"calibrate {args.source_table}")
     if args.metrics:
         atomic_write_text(args.metrics, json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
         log.info("wrote calibration report %s", args.metrics)
     if args.out:
         save_table(args.out, report)
         log.info("wrote severity table %s", args.out)
-    for line in report.failures():
-        log.error("calibration failed: %s", line)
-    return 0 if report.ok else 1
+    return 0
 
 
 def run_preview(args: argparse.Namespace) -> int:

@@ -26,6 +26,7 @@ falls back to frame geometry.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 
@@ -161,7 +162,7 @@ def apply_condition(name: str, image: np.ndarray, *, key: tuple, boxes=None,
     True
     """
     steps = parse_condition(name)
-    check_image(image, where=f"condition {name}")
+    check_image(image, where=f"condition {name}: image")
     if not isinstance(key, (tuple, list)) or not key:
         raise BadInput(f"key must be a non-empty tuple (version, source, image_id), got {key!r}",
                        where="key")
@@ -177,4 +178,4 @@ def apply_condition(name: str, image: np.ndarray, *, key: tuple, boxes=None,
 
 
 def _fields(params) -> dict:
-    return {f: getattr(params, f) for f in params.__dataclass_fields__}
+    return {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}

@@ -39,7 +39,10 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import cv2
 import numpy as np
@@ -61,16 +64,25 @@ class WaterGlareParams:
     zone_px: float = 250.0      #: size of glitter zones, px per 1000 px
     clustering: float = 1.0     #: log-normal sigma of the zone field
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "coverage": (0.0, 1.0),
+        "core_px": (0.1, 100.0),
+        "bloom_px": (0.0, 200.0),
+        "bloom": (0.0, 10.0),
+        "intensity": (0.0, 10.0),
+        "zone_px": (1.0, 5000.0),
+        "clustering": (0.0, 3.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, coverage=(0.0, 1.0), core_px=(0.1, 100.0), bloom_px=(0.0, 200.0),
-                     bloom=(0.0, 10.0), intensity=(0.0, 10.0), zone_px=(1.0, 5000.0),
-                     clustering=(0.0, 3.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("water_glare", family="flood", params=WaterGlareParams,
-            severities={1: WaterGlareParams(coverage=0.0115),
-                        2: WaterGlareParams(coverage=0.0168),
-                        3: WaterGlareParams(coverage=0.0527, bloom=1.0)},
+            severities={1: WaterGlareParams(coverage=0.0170),
+                        2: WaterGlareParams(coverage=0.0216),
+                        3: WaterGlareParams(coverage=0.0558, bloom=1.0)},
             statistic="saturated_fraction", targets=(0.0116, 0.0182, 0.1895), direction=1,
             fit_param="coverage", fit_bounds=(0.0, 0.6), spatial=("core_px", "bloom_px", "zone_px"))
 def water_glare(image: np.ndarray, rng: np.random.Generator, p: WaterGlareParams,
@@ -110,18 +122,27 @@ class TurbidityCastParams:
     patchiness: float = 0.25    #: relative spatial std of the turbidity
     plume_px: float = 300.0     #: sediment plume size, px per 1000 px
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "turbidity": (0.0, 1.0),
+        "chroma": (0.0, 1.0),
+        "mud_r": (0.0, 1.0),
+        "mud_g": (0.0, 1.0),
+        "mud_b": (0.0, 1.0),
+        "patchiness": (0.0, 3.0),
+        "plume_px": (1.0, 5000.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, turbidity=(0.0, 1.0), chroma=(0.0, 1.0), mud_r=(0.0, 1.0),
-                     mud_g=(0.0, 1.0), mud_b=(0.0, 1.0), patchiness=(0.0, 3.0),
-                     plume_px=(1.0, 5000.0))
+        check_fields(self, **self.BOUNDS)
         if self.mud_r + self.mud_g + self.mud_b <= 0:
             raise ValueError("TurbidityCastParams: mud colour must not be black")
 
 
 @corruption("turbidity_cast", family="flood", params=TurbidityCastParams,
-            severities={1: TurbidityCastParams(turbidity=0.295),
-                        2: TurbidityCastParams(turbidity=0.58),
-                        3: TurbidityCastParams(turbidity=0.86)},
+            severities={1: TurbidityCastParams(turbidity=0.156),
+                        2: TurbidityCastParams(turbidity=0.449),
+                        3: TurbidityCastParams(turbidity=0.787)},
             statistic="rms_contrast", targets=(0.1098, 0.0701, 0.0378), direction=-1,
             fit_param="turbidity", fit_bounds=(0.0, 0.98), spatial=("plume_px",))
 def turbidity_cast(image: np.ndarray, rng: np.random.Generator, p: TurbidityCastParams,
@@ -154,16 +175,27 @@ class InundationParams:
     ripple: float = 0.25        #: bound on the relative ripple modulation
     ripple_px: float = 12.0     #: ripple wavelength, px per 1000 px
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "coverage": (0.0, 1.0),
+        "opacity": (0.0, 1.0),
+        "water_r": (0.0, 1.0),
+        "water_g": (0.0, 1.0),
+        "water_b": (0.0, 1.0),
+        "pool_px": (1.0, 5000.0),
+        "edge": (1e-3, 10.0),
+        "ripple": (0.0, 1.0),
+        "ripple_px": (0.5, 1000.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, coverage=(0.0, 1.0), opacity=(0.0, 1.0), water_r=(0.0, 1.0),
-                     water_g=(0.0, 1.0), water_b=(0.0, 1.0), pool_px=(1.0, 5000.0),
-                     edge=(1e-3, 10.0), ripple=(0.0, 1.0), ripple_px=(0.5, 1000.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("inundation", family="flood", params=InundationParams,
-            severities={1: InundationParams(coverage=0.103),
-                        2: InundationParams(coverage=0.265),
-                        3: InundationParams(coverage=0.495)},
+            severities={1: InundationParams(coverage=0.102),
+                        2: InundationParams(coverage=0.298),
+                        3: InundationParams(coverage=0.544)},
             statistic="occluded_fraction", targets=(0.083, 0.224, 0.392), direction=1,
             fit_param="coverage", fit_bounds=(0.0, 1.0), spatial=("pool_px", "ripple_px"))
 def inundation(image: np.ndarray, rng: np.random.Generator, p: InundationParams,

@@ -217,12 +217,14 @@ def angstrom_exponents(alpha: float) -> np.ndarray:
 
 def haze_transmission(rng: np.random.Generator, height: int, width: int, *, optical_depth: float,
                       patchiness: float, cell_px: float, octaves: int = 3,
-                      angstrom: float = 0.0) -> np.ndarray:
+                      angstrom: float = 0.0, lognormal: bool = False) -> np.ndarray:
     """Per-channel transmission t = exp(-tau) on a control grid, values in (0, 1].
 
-    tau_c = optical_depth * max(0, 1 + patchiness * n) * (lambda_c / 0.55 um)^-angstrom,
-    with ``n`` fractal noise of feature size ``cell_px`` and tau capped at 80 (so t > 0
-    in float32). Returns (h', w', 3) float32;
+    tau_c = optical_depth * m * (lambda_c / 0.55 um)^-angstrom, with ``n`` fractal
+    noise of feature size ``cell_px`` and m = max(0, 1 + patchiness * n) (plume
+    structure with clear gaps) or, with ``lognormal``, m = exp(patchiness * n -
+    patchiness^2 / 2) (mean 1, never zero: a cloud without holes). tau is capped at 80
+    (so t > 0 in float32). Returns (h', w', 3) float32;
     see :func:`transmission_field` for the frame-sized 8-bit version.
 
     >>> import numpy as np
@@ -232,7 +234,11 @@ def haze_transmission(rng: np.random.Generator, height: int, width: int, *, opti
     True
     """
     n = fbm_grid(rng, height, width, cell_px, octaves)
-    tau = np.maximum(np.float32(1.0) + np.float32(patchiness) * n, 0.0) * np.float32(optical_depth)
+    if lognormal:
+        m = np.exp(np.float32(patchiness) * n - np.float32(patchiness * patchiness / 2.0))
+    else:
+        m = np.maximum(np.float32(1.0) + np.float32(patchiness) * n, 0.0)
+    tau = m * np.float32(optical_depth)
     k = angstrom_exponents(angstrom).astype(np.float32)
     tau3 = np.minimum(tau[..., None] * k[None, None, :], np.float32(80.0))  # keeps t > 0 in float32
     return np.exp(-tau3).astype(np.float32)

@@ -10,16 +10,17 @@ Pixel-unit parameters are given per 1000 px ("kpx") and multiplied at run time b
 ``px_per_kpx`` (by default the longer image side / 1000; see
 :func:`aegisbench.corruptions.conditions.px_per_kpx` for target-relative geometry).
 
-Default table: fitted with ``calibrate(..., fit=True)`` on procedural aerial-like
-scenes (:func:`aegisbench.corruptions.samples.synthetic_scene`, 640 px to 2000 px)
-so that the sample means land on the reference means (DESIGN.md), then rounded.
-Two ladders keep the reference's physical values instead: ``low_light`` (2.26 /
-3.62 / 4.47 stops: s3 is the reference's 4.47-stop loss, s1 and s2 reproduce the
-reference luminance ratios s1/s3 and s2/s3 under gamma 2.2) and ``motion_blur``
-(10 / 17 / 25 px per 1000 px: s3 is the reference's 2.5 % of the frame, s1 and s2
-reproduce the reference Sobel ratios); their absolute statistics depend on the
-imagery, so refit them on a real sample. ``rain_streaks`` targets (streak coverage
-0.04 / 0.09 / 0.17) are ours: the reference ladder was not monotone.
+Default table: fitted with ``calibrate(..., fit=True)`` on the embedded default
+source's calibration sample (the DVC ``calibrate`` stage: 20 test images of
+``synthetic_sar``) so that the sample means land on the reference means (DESIGN.md),
+then rounded to three significant figures. Two ladders keep the reference's
+physical values instead: ``low_light`` (the reference's exposure gains 0.330 / 0.130 /
+0.045 = 1.60 / 2.94 / 4.47 stops, with its noise magnitude) and ``motion_blur`` (10 /
+17 / 25 px per 1000 px: s3 is the reference's 2.5 % of the frame); their statistics
+depend on the imagery, so refit them on a real sample. Every parameter has a declared
+physical range (``BOUNDS`` of its dataclass); a fit stays inside it and reports the
+bound that stops it. ``rain_streaks`` targets (streak coverage 0.04 / 0.09 / 0.17) are
+ours: the reference ladder was not monotone.
 
 >>> import numpy as np
 >>> import aegisbench.corruptions  # registers the nine corruptions
@@ -90,9 +91,17 @@ def _validate_spec(name: str, family: str, params_type: type, severities: Mappin
     names = {f.name for f in dataclasses.fields(params_type)}
     if fit_param not in names:
         raise ValueError(f"{name}: fit parameter {fit_param!r} is not a field of {params_type.__name__}")
+    declared = getattr(params_type, "BOUNDS", None)
+    if not isinstance(declared, Mapping) or set(declared) != names:
+        raise ValueError(f"{name}: {params_type.__name__}.BOUNDS must declare the physical range "
+                         f"of every field ({', '.join(sorted(names))})")
     lo, hi = fit_bounds
     if not lo < hi:
         raise ValueError(f"{name}: fit bounds must satisfy lo < hi")
+    plo, phi = declared[fit_param]
+    if lo < plo or hi > phi:
+        raise ValueError(f"{name}: fit bounds [{lo}, {hi}] leave the declared range "
+                         f"[{plo}, {phi}] of {fit_param}")
 
 
 def corruption(name: str, *, family: str, params: type, severities: Mapping[int, Any],
@@ -120,7 +129,7 @@ def corruption(name: str, *, family: str, params: type, severities: Mapping[int,
         @functools.wraps(impl)
         def fn(image: np.ndarray, rng: np.random.Generator, *, px_per_kpx: float | None = None,
                **kw: Any) -> np.ndarray:
-            check_image(image)
+            check_image(image, where=f"{name}: image")
             if not isinstance(rng, np.random.Generator):
                 raise TypeError("rng must be a numpy.random.Generator")
             p = params(**kw)
@@ -190,6 +199,12 @@ class SeverityTable:
 
     overrides: Mapping[str, Mapping[int, Any]] = field(default_factory=dict)
     benchmark_version: str | None = None
+    #: per-corruption target overrides (s1, s2, s3) of the declared statistic
+    targets: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
+
+    def targets_for(self, name: str) -> tuple[float, float, float]:
+        """The ladder's targets: the table's own, else the registry's."""
+        return tuple(self.targets.get(name, get_spec(name).targets))
 
     def params(self, name: str, severity: int) -> Any:
         spec = get_spec(name)
@@ -202,7 +217,7 @@ class SeverityTable:
             raise TypeError(f"{name}: expected {spec.params_type.__name__}")
         new = {k: dict(v) for k, v in self.overrides.items()}
         new.setdefault(name, {})[check_severity(severity)] = params
-        return SeverityTable(new, self.benchmark_version)
+        return SeverityTable(new, self.benchmark_version, dict(self.targets))
 
     def with_param(self, name: str, severity: int, param: str, value: float) -> "SeverityTable":
         p = dataclasses.replace(self.params(name, severity), **{param: value})
@@ -215,7 +230,7 @@ class SeverityTable:
             out[n] = {
                 "family": spec.family, "statistic": spec.statistic,
                 "fit_param": spec.fit_param, "direction": spec.direction,
-                "targets": {f"s{s}": spec.targets[s - 1] for s in SEVERITIES},
+                "targets": {f"s{s}": self.targets_for(n)[s - 1] for s in SEVERITIES},
                 "severities": {f"s{s}": dataclasses.asdict(self.params(n, s)) for s in SEVERITIES},
             }
         return out
@@ -224,6 +239,7 @@ class SeverityTable:
     def from_dict(cls, data: Mapping, benchmark_version: str | None = None,
                   where: str = "severity table") -> "SeverityTable":
         overrides: dict[str, dict[int, Any]] = {}
+        targets: dict[str, tuple[float, float, float]] = {}
         if not isinstance(data, Mapping):
             raise BadInput("expected a mapping of corruption names", where=where)
         for n, entry in data.items():
@@ -233,18 +249,65 @@ class SeverityTable:
             sev = entry.get("severities") if isinstance(entry, Mapping) else None
             if not isinstance(sev, Mapping):
                 raise BadInput("missing 'severities' mapping", where=f"{where}: {n}")
-            for key, values in sev.items():
-                num = str(key)[1:] if str(key).startswith("s") else str(key)
-                if not num.isdigit() or int(num) not in SEVERITIES:
-                    raise BadInput(f"unknown severity {key!r}", where=f"{where}: {n}")
-                s = int(num)
+            by_level = _by_severity(sev, f"{where}: {n}.severities")
+            for s, values in by_level.items():
+                at = f"{where}: {n}.s{s}"
                 if not isinstance(values, Mapping):
-                    raise BadInput("parameters must be a mapping", where=f"{where}: {n}.{key}")
-                try:
-                    overrides.setdefault(n, {})[s] = spec.params_type(**values)
-                except (TypeError, ValueError) as exc:
-                    raise BadInput(f"invalid parameters: {exc}", where=f"{where}: {n}.{key}") from None
-        return cls(overrides, benchmark_version)
+                    raise BadInput("parameters must be a mapping", where=at)
+                overrides.setdefault(n, {})[s] = _build_params(spec, values, at)
+            if "targets" in entry:
+                targets[n] = _check_targets(spec, entry["targets"], f"{where}: {n}.targets")
+        return cls(overrides, benchmark_version, targets)
+
+
+def _by_severity(mapping: Mapping, where: str) -> dict[int, Any]:
+    """``{"s1": x, 2: y, ...}`` -> ``{1: x, 2: y, 3: z}``; all three severities required."""
+    out: dict[int, Any] = {}
+    for key, value in mapping.items():
+        num = str(key)[1:] if str(key).startswith("s") else str(key)
+        if not num.isdigit() or int(num) not in SEVERITIES:
+            raise BadInput(f"unknown severity {key!r} (expected s1, s2, s3)", where=where)
+        out[int(num)] = value
+    missing = [f"s{s}" for s in SEVERITIES if s not in out]
+    if missing:
+        raise BadInput(f"missing severity {', '.join(missing)} (a ladder needs s1, s2 and s3)",
+                       where=where)
+    return dict(sorted(out.items()))
+
+
+def _build_params(spec: CorruptionSpec, values: Mapping, where: str) -> Any:
+    """The parameter dataclass from a mapping; one line naming the field on bad input."""
+    known = {f.name for f in dataclasses.fields(spec.params_type)}
+    for field_name, value in values.items():
+        if field_name not in known:
+            raise BadInput(f"unknown parameter (known: {', '.join(sorted(known))})",
+                           where=f"{where}.{field_name}")
+        lo, hi = spec.params_type.BOUNDS[field_name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadInput(f"must be a number, got {value!r}", where=f"{where}.{field_name}")
+        if not (np.isfinite(value) and lo <= value <= hi):
+            raise BadInput(f"{value!r} is outside the declared range [{lo}, {hi}]",
+                           where=f"{where}.{field_name}")
+    try:
+        return spec.params_type(**values)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(f"invalid parameters: {exc}", where=where) from None
+
+
+def _check_targets(spec: CorruptionSpec, targets: object, where: str) -> tuple[float, float, float]:
+    if not isinstance(targets, Mapping):
+        raise BadInput("targets must be a mapping s1/s2/s3 -> value", where=where)
+    values = _by_severity(targets, where)
+    for s, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            raise BadInput(f"must be a finite number, got {v!r}", where=f"{where}.s{s}")
+    for s in SEVERITIES[1:]:
+        if (values[s] - values[s - 1]) * spec.direction <= 0:
+            trend = "rise" if spec.direction > 0 else "fall"
+            raise BadInput(f"{spec.statistic} target {values[s]!r} does not {trend} from "
+                           f"s{s - 1} ({values[s - 1]!r}): targets must be strictly monotone",
+                           where=f"{where}.s{s}")
+    return tuple(float(values[s]) for s in SEVERITIES)
 
 
 def default_table() -> SeverityTable:

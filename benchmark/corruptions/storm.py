@@ -13,13 +13,19 @@
   as shear -> 1-D box -> unshear (exact along the line, sub-pixel resampling across
   it); a fractional length blends the two nearest odd box sizes, so the blur is
   continuous in the length. Ladder parameter: the length.
-- ``low_light``: a linear photometric pipeline. Decode gamma 2.2; scale photons by
-  2^-stops; twilight blue shift (the illuminant of civil twilight is bluish: channel
-  gains of a high-CCT blackbody, partially adapted, luminance-preserving); sensor
-  noise in electrons: Poisson shot noise (normal approximation, variance = signal)
-  plus Gaussian read noise; re-encode. Ladder parameter: the exposure loss in stops
-  (4.47 stops at severity 3, as in the reference). The noisy output for every
-  (input code, noise draw) pair is tabulated once, so the frame pass is one lookup.
+- ``low_light``: dusk / heavy overcast as a linear photometric pipeline, with the
+  reference's exposure ladder (gain 0.330 / 0.130 / 0.045 = 1.60 / 2.94 / 4.47 stops).
+  Decode gamma 2.2; scale by 2^-stops; twilight white balance (r 0.92, b 1.06,
+  luminance-normalised so the loss in linear luminance is exactly ``stops``); add
+  Poisson-Gaussian sensor noise, variance ``shot_noise * lin + read_noise^2`` (shot
+  noise scales with the signal, read noise does not, and the two independent sources
+  add in variance); clip; re-encode. The reference adds the two SDs instead
+  (sqrt(k lin) + c, k 0.012 / 0.020 / 0.030, c 0.010 / 0.018 / 0.028); our k and c
+  are the reference's times one conversion-gain factor per severity (1.19 / 1.33 /
+  1.41), chosen so a flat code-200 patch has the reference's per-pixel SD (18.0 /
+  32.3 / 35.4 codes) while the shot/read ratio stays the reference's. The noisy
+  output for every (input code, noise draw) pair is tabulated once, so the frame
+  pass is one lookup.
 
 Sources: K. Garg and S. K. Nayar, "Photorealistic rendering of rain streaks",
 SIGGRAPH 2006, and "Vision and rain", IJCV 75 (2007); A. Foi et al., "Practical
@@ -38,14 +44,17 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import cv2
 import numpy as np
 
 from aegisbench.corruptions.optics import (
-    ENCODE_LUT, GAMMA, NORMAL_LUT, apply_field_table, decode_lut, field_axes, illuminant_gains,
-    lut16, tabulate, uniform_bytes, upsample,
+    ENCODE_LUT, GAMMA, LUMA, NORMAL_LUT, apply_field_table, decode_lut, field_axes, lut16,
+    luminance_normalised, tabulate, uniform_bytes, upsample,
 )
 from aegisbench.corruptions.registry import check_fields, corruption
 
@@ -62,16 +71,25 @@ class RainStreaksParams:
     veil: float = 0.12          #: veil strength 1 - t
     airlight: float = 0.55      #: grey airlight of the rain volume, linear
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "density": (0.0, 1e5),
+        "length_px": (0.5, 1000.0),
+        "width_px": (0.1, 100.0),
+        "tilt_deg": (0.0, 80.0),
+        "brightness": (0.0, 4.0),
+        "veil": (0.0, 1.0),
+        "airlight": (0.0, 1.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, density=(0.0, 1e5), length_px=(0.5, 1000.0), width_px=(0.1, 100.0),
-                     tilt_deg=(0.0, 80.0), brightness=(0.0, 4.0), veil=(0.0, 1.0),
-                     airlight=(0.0, 1.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("rain_streaks", family="storm", params=RainStreaksParams,
-            severities={1: RainStreaksParams(density=370.0, veil=0.08),
-                        2: RainStreaksParams(density=870.0, veil=0.14),
-                        3: RainStreaksParams(density=1755.0, veil=0.20)},
+            severities={1: RainStreaksParams(density=335.0, veil=0.08),
+                        2: RainStreaksParams(density=796.0, veil=0.14),
+                        3: RainStreaksParams(density=1610.0, veil=0.20)},
             statistic="streak_density", targets=(0.04, 0.09, 0.17), direction=1,
             fit_param="density", fit_bounds=(0.0, 20000.0),
             spatial=("length_px", "width_px"))
@@ -112,8 +130,13 @@ def _rain_table(veil: float, airlight: float, brightness: float) -> np.ndarray:
 class MotionBlurParams:
     length: float = 15.0        #: kernel length, px per 1000 px (ladder parameter)
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "length": (0.0, 500.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, length=(0.0, 500.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("motion_blur", family="storm", params=MotionBlurParams,
@@ -187,44 +210,67 @@ def _sheared_box(image: np.ndarray, n: float, slope: float, horizontal: bool) ->
 
 @dataclass(frozen=True)
 class LowLightParams:
-    stops: float = 3.0          #: exposure loss in stops (ladder parameter)
-    blue_shift: float = 0.5     #: uncorrected fraction of the twilight illuminant shift
-    twilight_cct_k: float = 12000.0  #: colour temperature of twilight skylight, K
-    full_well: float = 4000.0   #: electrons at linear 1.0 before the exposure loss
-    read_noise: float = 3.0     #: read noise, electrons rms
+    stops: float = 3.0          #: exposure loss in stops, gain 2^-stops (ladder parameter)
+    shot_noise: float = 0.035   #: shot-noise variance per unit linear signal (1 / electrons at 1.0)
+    read_noise: float = 0.024   #: signal-independent noise SD, linear units (read + dark + ADC)
+    wb_r: float = 0.92          #: twilight white balance, red gain (luminance-normalised)
+    wb_b: float = 1.06          #: twilight white balance, blue gain (luminance-normalised)
+
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "stops": (0.0, 10.0),
+        "shot_noise": (0.0, 1.0),
+        "read_noise": (0.0, 0.5),
+        "wb_r": (0.5, 2.0),
+        "wb_b": (0.5, 2.0),
+    })
 
     def __post_init__(self) -> None:
-        check_fields(self, stops=(0.0, 16.0), blue_shift=(0.0, 1.0),
-                     twilight_cct_k=(2000.0, 40000.0), full_well=(1.0, 1e7),
-                     read_noise=(0.0, 1e4))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("low_light", family="storm", params=LowLightParams,
-            severities={1: LowLightParams(stops=2.26, blue_shift=0.35),
-                        2: LowLightParams(stops=3.62, blue_shift=0.5),
-                        3: LowLightParams(stops=4.47, blue_shift=0.65)},
+            severities={1: LowLightParams(stops=1.60, shot_noise=0.017, read_noise=0.012),
+                        2: LowLightParams(stops=2.94, shot_noise=0.035, read_noise=0.024),
+                        3: LowLightParams(stops=4.47, shot_noise=0.060, read_noise=0.039)},
             statistic="mean_luminance", targets=(0.2355, 0.1533, 0.1175), direction=-1,
-            fit_param="stops", fit_bounds=(0.0, 12.0))
+            fit_param="stops", fit_bounds=(0.0, 10.0))
 def low_light(image: np.ndarray, rng: np.random.Generator, p: LowLightParams,
               px_per_kpx: float) -> np.ndarray:
-    """Low light: photon loss, twilight blue shift, shot + read noise, in linear light."""
+    """Low light: exposure loss, twilight white balance, shot + read noise, in linear light.
+
+    ``lin = decode(J) * 2^-stops * wb``; ``out = encode(clip(lin + sd * z))`` with
+    ``sd^2 = shot_noise * lin + read_noise^2`` (Poisson-Gaussian: shot noise grows
+    with the signal, read noise does not) and z standard normal per sample. Default
+    ladder: the reference's exposure gains 0.330 / 0.130 / 0.045 (1.60 / 2.94 / 4.47
+    stops of linear luminance) and its noise magnitude: a flat code-200 patch comes
+    out at mean 120 / 73 / 44 with per-pixel SD 18.0 / 32.3 / 35.4 codes.
+    """
     h, w = image.shape[:2]
     return apply_field_table(image, uniform_bytes(rng, (h, w, 3)), _low_light_table(p))
+
+
+def low_light_gains(p: LowLightParams) -> np.ndarray:
+    """Linear channel gains: exposure loss times the luminance-normalised white balance.
+
+    >>> g = low_light_gains(LowLightParams(stops=1.0))
+    >>> round(float(g @ np.array(LUMA)), 6)
+    0.5
+    """
+    return (2.0 ** -p.stops) * luminance_normalised(np.array([p.wb_r, 1.0, p.wb_b]))
 
 
 @functools.lru_cache(maxsize=64)
 def _low_light_table(p: LowLightParams) -> np.ndarray:
     """uint8 output for index code * 256 + noise byte, per channel: (65536, 1, 3)."""
-    gains = illuminant_gains(p.twilight_cct_k, p.blue_shift)
-    linear = (np.arange(256) / 255.0) ** GAMMA
-    electrons = linear[:, None] * gains[None, :] * (2.0 ** -p.stops) * p.full_well  # (256, 3)
-    sd = np.sqrt(electrons + p.read_noise ** 2)
+    linear = ((np.arange(256) / 255.0) ** GAMMA)[:, None] * low_light_gains(p)[None, :]  # (256, 3)
+    sd = np.sqrt(p.shot_noise * linear + p.read_noise ** 2)
     z = NORMAL_LUT.astype(np.float64)
-    noisy = electrons[:, None, :] + sd[:, None, :] * z[None, :, None]  # (code, byte, channel)
-    lin = np.clip(noisy / p.full_well, 0.0, 1.0)
-    out = np.ascontiguousarray(np.round(255.0 * lin ** (1.0 / GAMMA)).astype(np.uint8).reshape(65536, 1, 3))
+    noisy = linear[:, None, :] + sd[:, None, :] * z[None, :, None]  # (code, byte, channel)
+    out = np.round(255.0 * np.clip(noisy, 0.0, 1.0) ** (1.0 / GAMMA)).astype(np.uint8)
+    out = np.ascontiguousarray(out.reshape(65536, 1, 3))
     out.flags.writeable = False  # cached and shared
     return out
 
 
-__all__ = ["rain_streaks", "motion_blur", "low_light", "line_blur"]
+__all__ = ["rain_streaks", "motion_blur", "low_light", "low_light_gains", "line_blur"]

@@ -4,11 +4,17 @@
   element and ``sigma`` the standard deviation of the image itself, so the noise is
   contextualised to each image; ``a`` in [0, 1] (the paper sweeps 0..0.4 in steps
   of 0.001). Values are rounded and clipped to uint8.
-- Local deception test: a cloud sprite (procedural cumulus with alpha, deterministic
-  from a key) pasted at the centre of each slot of a 25 x 25 grid, one position per
-  variant (625 variants per image). The paper used a 25 x 25 px patch on 640 px
-  frames; by the engine's scale rule the default patch is 25 px per 640 px of the
-  longer side (39.0625 px per 1000 px).
+- Local deception test: a cloud sprite pasted at the centre of each slot of a
+  25 x 25 grid, one position per variant (625 variants per image). The paper pasted
+  an opaque cloud image filling a 25 x 25 px patch on 640 px frames; our sprite is a
+  procedural cumulus (deterministic from a key) whose visible part fills its box
+  (the tight box of alpha >= 0.5 has IoU >= 0.8 with the sprite box, mean alpha
+  ~0.77), so a detection drawn around the visible cloud matches the patch box that
+  deception is scored against. By the engine's scale rule the default patch is 25
+  px per 640 px of the longer side (39.0625 px per 1000 px). :func:`grid_boxes` is
+  the one source of patch positions: the engine pastes at its boxes and the
+  evaluator (``aegisbench.evaluation.warp_eval.patch_boxes``) scores against them,
+  clipped to the frame.
 
 >>> import numpy as np
 >>> img = np.full((100, 100, 3), 128, np.uint8)
@@ -34,6 +40,12 @@ from aegisbench.hashing import rng_for
 
 PATCH_PX_PER_KPX = 25.0 * 1000.0 / 640.0
 _SUPERSAMPLE = 4
+# Cloud geometry, in unit coordinates of the sprite box.
+_MARGIN = 0.012   # the extreme puffs and the base stop this far inside the box edges
+_EDGE = 0.025     # half-width of the soft alpha ramp across the silhouette
+_FRAY = 0.02      # amplitude of the fractal noise that frays the silhouette
+_BLEND = 0.08     # smooth-union radius: no holes or notches where puffs meet
+_LIGHT = np.array([-0.35, -0.65, 0.67]) / np.linalg.norm([-0.35, -0.65, 0.67])  # from the upper left
 
 
 def warp_noise(image: np.ndarray, rng: np.random.Generator, a: float) -> np.ndarray:
@@ -73,41 +85,91 @@ def _size(size) -> tuple[int, int]:
     return int(h), int(w)
 
 
+def _smoothstep(e0: float, e1: float, x: np.ndarray) -> np.ndarray:
+    t = np.clip((x - e0) / (e1 - e0), 0.0, 1.0)
+    return t * t * (3.0 - 2.0 * t)
+
+
+def _smooth_min(a: np.ndarray, b: np.ndarray, k: float) -> np.ndarray:
+    """Polynomial smooth minimum of two signed distances (a smooth union)."""
+    h = np.clip(0.5 + 0.5 * (b - a) / k, 0.0, 1.0)
+    return b + (a - b) * h - k * h * (1.0 - h)
+
+
+def _cloud_puffs(rng: np.random.Generator) -> list[tuple[float, float, float]]:
+    """Puffs ``(cx, cy, r)`` in unit coordinates: two side puffs touching the left and
+    right edges, a shoulder row of three, a crown touching the top edge and a smaller
+    puff beside it, so the silhouette reaches every edge of the box."""
+    m = _MARGIN
+    rs, ys = rng.uniform(0.18, 0.23, 2), rng.uniform(0.56, 0.66, 2)
+    puffs = [(m + rs[0], ys[0], rs[0]), (1.0 - m - rs[1], ys[1], rs[1])]
+    xs = np.array([0.3, 0.5, 0.7]) + rng.uniform(-0.04, 0.04, 3)
+    puffs += zip(xs, rng.uniform(0.42, 0.5, 3), rng.uniform(0.21, 0.26, 3))
+    rt, xt = rng.uniform(0.2, 0.25), rng.uniform(0.42, 0.58)
+    puffs.append((xt, m + rt, rt))
+    r2 = rng.uniform(0.14, 0.18)
+    side = 1.0 if xt < 0.5 else -1.0
+    puffs.append((xt + side * rng.uniform(0.15, 0.22), m + rng.uniform(0.1, 0.18) + r2, r2))
+    return [(float(x), float(y), float(r)) for x, y, r in puffs]
+
+
 def cloud_sprite(size, key: tuple = ()) -> np.ndarray:
     """A procedural cumulus cloud as RGBA uint8 of shape (h, w, 4); ``size`` is int or (h, w).
 
-    Puffs (soft discs, bigger toward the middle) sit on a flat base; fractal noise
-    frays the edges; shading darkens the base slightly. The shape is defined in unit
-    coordinates, so one key gives the same cloud at every size.
+    Like the opaque cloud image of seed 000, the visible cloud fills its box: a flat
+    base spanning the width, side puffs touching the left and right edges and a
+    domed crown of puffs touching the top edge, merged by a smooth union of signed
+    distances (opaque inside, no holes). Fractal noise frays the silhouette within a
+    soft ramp; each puff is lit from the upper left and the base is shaded darker.
+    The tight box of the pixels with alpha >= 0.5 has IoU >= 0.8 with the sprite box
+    (about 0.99 typically) and the mean alpha over the box is about 0.77, so a box
+    drawn around the visible cloud matches the patch box. The shape is defined in
+    unit coordinates, so one key gives the same cloud at every size; the transparent
+    top corners keep its outline rounded.
 
     >>> s = cloud_sprite(25, key=("demo",))
     >>> s.shape, s.dtype, bool(s[..., 3].max() == 255), bool(s[0, 0, 3] == 0)
     ((25, 25, 4), dtype('uint8'), True, True)
+    >>> ys, xs = np.nonzero(s[..., 3] >= 128)
+    >>> (int(xs.max() + 1 - xs.min()) * int(ys.max() + 1 - ys.min())) / 625 >= 0.8
+    True
     """
     h, w = _size(size)
     rng = rng_for("warp", "cloud_sprite", *key)
-    n = int(rng.integers(7, 12))
-    xs = np.sort(rng.uniform(0.22, 0.78, n))
-    dome = np.clip(1.0 - ((xs - 0.5) / 0.32) ** 2, 0.0, 1.0)
-    radii = (0.09 + 0.19 * dome) * rng.uniform(0.85, 1.15, n)
-    base = 0.80
-    ys = base - radii * rng.uniform(0.6, 1.0, n)
-    noise = fbm_grid(rng, 64, 64, 12, octaves=3)
+    m = _MARGIN
+    puffs = _cloud_puffs(rng)
+    base_top = float(rng.uniform(0.55, 0.62))
+    noise = fbm_grid(rng, 64, 64, 10, octaves=3)
+    grain = fbm_grid(rng, 64, 64, 5, octaves=2)
     sh, sw = h * _SUPERSAMPLE, w * _SUPERSAMPLE
     yy, xx = np.mgrid[0:sh, 0:sw].astype(np.float32)
     u, v = (xx + 0.5) / sw, (yy + 0.5) / sh
-    density = np.full((sh, sw), -1.0, np.float32)
-    for cx, cy, r in zip(xs, ys, radii):
-        density = np.maximum(density, 1.0 - np.sqrt((u - cx) ** 2 + (v - cy) ** 2) / r)
-    fray = cv2.resize(noise, (sw, sh), interpolation=cv2.INTER_CUBIC) * np.float32(0.06)
-    alpha = np.clip((density + fray) / 0.2, 0.0, 1.0) * (density > -0.12)
-    alpha *= np.clip((base + 0.02 - v) / 0.04, 0.0, 1.0)  # flat base
-    shade = np.clip(1.0 - 0.25 * (v - 0.45) / 0.35, 0.75, 1.0)
-    premult = np.stack([alpha * shade] * 3 + [alpha], axis=-1)
+    # flat base: the box [m, 1-m] x [base_top, 1-m] with slightly rounded corners
+    cy, hx, hy, rad = (base_top + 1.0 - m) / 2, 0.5 - m, (1.0 - m - base_top) / 2, 0.08
+    qx, qy = np.abs(u - 0.5) - hx + rad, np.abs(v - cy) - hy + rad
+    dist = (np.sqrt(np.maximum(qx, 0) ** 2 + np.maximum(qy, 0) ** 2)
+            + np.minimum(np.maximum(qx, qy), 0) - rad).astype(np.float32)
+    light = np.zeros_like(u)
+    for px, py, r in puffs:
+        du, dv = (u - px) / r, (v - py) / r
+        rr = du * du + dv * dv
+        nz = np.sqrt(np.clip(1.0 - rr, 0.0, 1.0))
+        lam = np.clip(_LIGHT[0] * du + _LIGHT[1] * dv + _LIGHT[2] * nz, 0.0, 1.0)
+        light = np.maximum(light, lam * _smoothstep(1.0, 0.6, np.sqrt(rr)))
+        dist = _smooth_min(dist, (np.sqrt(rr) - 1.0) * r, _BLEND)
+    fray = _upsample(noise, sh, sw) * np.float32(_FRAY) * (1.0 - 0.7 * _smoothstep(0.75, 1.0, v))
+    alpha = np.clip(0.5 - (dist + fray) / (2.0 * _EDGE), 0.0, 1.0)
+    shade = (0.78 + 0.22 * light) * (1.0 - 0.18 * _smoothstep(0.6, 1.0, v)) + 0.03 * _upsample(grain, sh, sw)
+    shade = np.clip(shade, 0.0, 1.0)
+    premult = np.stack([alpha * shade] * 3 + [alpha], axis=-1).astype(np.float32)
     small = cv2.resize(premult, (w, h), interpolation=cv2.INTER_AREA)
     a = small[..., 3:]
     rgb = np.where(a > 1e-6, small[..., :3] / np.maximum(a, 1e-6), 0.0)
     return np.round(np.concatenate([rgb, a], axis=-1) * 255.0).clip(0, 255).astype(np.uint8)
+
+
+def _upsample(grid: np.ndarray, h: int, w: int) -> np.ndarray:
+    return cv2.resize(grid, (w, h), interpolation=cv2.INTER_CUBIC)
 
 
 def paste_sprite(image: np.ndarray, sprite: np.ndarray, x0: int, y0: int,
@@ -129,8 +191,18 @@ def paste_sprite(image: np.ndarray, sprite: np.ndarray, x0: int, y0: int,
     return target, np.array([ax0, ay0, ax1, ay1], np.float32)
 
 
-def grid_boxes(shape: tuple[int, ...], grid: int = 25, patch=None) -> np.ndarray:
-    """Unclipped xyxy boxes (grid*grid, 4), row-major, of a patch centred in each grid slot."""
+def grid_boxes(shape: tuple[int, ...], grid: int = 25, patch=None, *, clip: bool = False) -> np.ndarray:
+    """xyxy boxes (grid*grid, 4) float32, row-major (``index = row * grid + col``), of a
+    patch centred in each grid slot: the one source of patch positions.
+
+    ``patch`` is the patch side or (h, w) in pixels (None: the scale rule). Unclipped
+    boxes give the sprite's top-left corner; ``clip=True`` clips them to the frame,
+    which is the visible patch rectangle that :func:`cloud_patch_variants` yields and
+    the WARP evaluator scores deception against.
+
+    >>> grid_boxes((512, 640), grid=25)[0].tolist(), grid_boxes((512, 640), grid=25, clip=True)[0].tolist()
+    ([0.0, -2.0, 25.0, 23.0], [0.0, 0.0, 25.0, 23.0])
+    """
     if isinstance(grid, bool) or not isinstance(grid, (int, np.integer)) or grid < 1:
         raise BadInput(f"grid must be a positive integer, got {grid!r}", where="cloud_patch")
     H, W = shape[:2]
@@ -138,7 +210,10 @@ def grid_boxes(shape: tuple[int, ...], grid: int = 25, patch=None) -> np.ndarray
     rows, cols = np.divmod(np.arange(grid * grid), grid)
     x0 = np.floor((cols + 0.5) * W / grid - pw / 2.0 + 0.5)
     y0 = np.floor((rows + 0.5) * H / grid - ph / 2.0 + 0.5)
-    return np.stack([x0, y0, x0 + pw, y0 + ph], axis=1).astype(np.float32)
+    boxes = np.stack([x0, y0, x0 + pw, y0 + ph], axis=1)
+    if clip:
+        boxes = np.clip(boxes, 0.0, np.array([W, H, W, H], np.float64))
+    return boxes.astype(np.float32)
 
 
 def _patch_size(shape, patch) -> tuple[int, int]:
@@ -153,7 +228,9 @@ def cloud_patch_variants(image: np.ndarray, grid: int = 25, patch=None, *, key: 
                          reuse_buffer: bool = False) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
     """Yield ``(index, row, col, patched_image, patch_box_xyxy)`` for every grid slot.
 
-    ``index = row * grid + col``. The box is the visible patch rectangle in pixels.
+    ``index = row * grid + col``. The sprite's top-left corner is the slot's
+    :func:`grid_boxes` box and the yielded box is that box clipped to the frame
+    (``grid_boxes(..., clip=True)``, float32), the visible patch rectangle in pixels.
     With ``reuse_buffer=True`` one array is patched in place and restored before the
     next slot (the caller must not keep it); otherwise every variant is a new array.
     """
@@ -162,15 +239,14 @@ def cloud_patch_variants(image: np.ndarray, grid: int = 25, patch=None, *, key: 
     spr = cloud_sprite((ph, pw), key) if sprite is None else sprite
     if spr.ndim != 3 or spr.shape[2] != 4 or spr.dtype != np.uint8:
         raise BadInput("sprite must be RGBA uint8 (h, w, 4)", where="cloud_patch")
-    boxes = grid_boxes(image.shape, grid, (spr.shape[0], spr.shape[1]))
+    size = (spr.shape[0], spr.shape[1])
+    boxes = grid_boxes(image.shape, grid, size)
+    visible = grid_boxes(image.shape, grid, size, clip=True)
     buffer = image.copy() if reuse_buffer else None
-    for index, (x0, y0, _, _) in enumerate(boxes.tolist()):
+    for index, ((x0, y0, _, _), box) in enumerate(zip(boxes.tolist(), visible)):
         row, col = divmod(index, grid)
-        if buffer is None:
-            patched, box = paste_sprite(image, spr, int(x0), int(y0))
-            yield index, row, col, patched, box
-        else:
-            patched, box = paste_sprite(image, spr, int(x0), int(y0), out=buffer)
-            yield index, row, col, patched, box
+        patched, _ = paste_sprite(image, spr, int(x0), int(y0), out=buffer)
+        yield index, row, col, patched, box.copy()
+        if buffer is not None:
             bx0, by0, bx1, by1 = (int(v) for v in box)
             buffer[by0:by1, bx0:bx1] = image[by0:by1, bx0:bx1]

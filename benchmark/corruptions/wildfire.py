@@ -30,7 +30,10 @@ for the ladder statistics.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 import numpy as np
 
@@ -48,15 +51,23 @@ class SmokeHazeParams:
     airlight: float = 0.62       #: neutral grey airlight, linear
     angstrom: float = 1.3        #: Angstrom exponent of smoke aerosol
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "optical_depth": (0.0, 8.0),
+        "patchiness": (0.0, 3.0),
+        "plume_px": (1.0, 5000.0),
+        "airlight": (0.0, 1.0),
+        "angstrom": (0.0, 4.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, optical_depth=(0.0, 8.0), patchiness=(0.0, 3.0),
-                     plume_px=(1.0, 5000.0), airlight=(0.0, 1.0), angstrom=(0.0, 4.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("smoke_haze", family="wildfire", params=SmokeHazeParams,
-            severities={1: SmokeHazeParams(optical_depth=0.185),
-                        2: SmokeHazeParams(optical_depth=0.60),
-                        3: SmokeHazeParams(optical_depth=1.45)},
+            severities={1: SmokeHazeParams(optical_depth=0.0620),
+                        2: SmokeHazeParams(optical_depth=0.422),
+                        3: SmokeHazeParams(optical_depth=1.69)},
             statistic="rms_contrast", targets=(0.1170, 0.0776, 0.0475), direction=-1,
             fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("plume_px",))
 def smoke_haze(image: np.ndarray, rng: np.random.Generator, p: SmokeHazeParams,
@@ -78,16 +89,25 @@ class FireWarmTintParams:
     airlight: float = 0.55       #: brightness of the fire-lit airlight (max channel), linear
     angstrom: float = 1.0
 
+    #: declared physical range of every parameter (validated; fits stay inside)
+    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
+        "cct_k": (800.0, 20000.0),
+        "adaptation": (0.0, 1.0),
+        "optical_depth": (0.0, 8.0),
+        "patchiness": (0.0, 3.0),
+        "plume_px": (1.0, 5000.0),
+        "airlight": (0.0, 1.0),
+        "angstrom": (0.0, 4.0),
+    })
+
     def __post_init__(self) -> None:
-        check_fields(self, cct_k=(800.0, 20000.0), adaptation=(0.0, 1.0), optical_depth=(0.0, 8.0),
-                     patchiness=(0.0, 3.0), plume_px=(1.0, 5000.0), airlight=(0.0, 1.0),
-                     angstrom=(0.0, 4.0))
+        check_fields(self, **self.BOUNDS)
 
 
 @corruption("fire_warm_tint", family="wildfire", params=FireWarmTintParams,
-            severities={1: FireWarmTintParams(cct_k=3490.0, optical_depth=0.25),
-                        2: FireWarmTintParams(cct_k=2700.0, optical_depth=0.35),
-                        3: FireWarmTintParams(cct_k=2300.0, optical_depth=0.45)},
+            severities={1: FireWarmTintParams(cct_k=3140.0, optical_depth=0.25),
+                        2: FireWarmTintParams(cct_k=2540.0, optical_depth=0.35),
+                        3: FireWarmTintParams(cct_k=2220.0, optical_depth=0.45)},
             statistic="mean_rb_ratio", targets=(1.674, 2.072, 2.452), direction=1,
             fit_param="cct_k", fit_bounds=(900.0, 6504.0), spatial=("plume_px",))
 def fire_warm_tint(image: np.ndarray, rng: np.random.Generator, p: FireWarmTintParams,

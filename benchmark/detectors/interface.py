@@ -6,6 +6,11 @@ pixels. Adapters only implement ``predict_windows`` (model inference on crops, b
 in crop pixels); tiling, exact remapping, seam merging and batching live here, so
 every architecture sees identical inputs (seed 004).
 
+WARP global noise (seed 000) can be added to the tensor the model actually sees:
+``predict(images, noise=InputNoise(a, keys))`` hands each window a stable key
+(frame key + window index) and adapters with ``input_noise = True`` apply
+:func:`warp_input_noise` after their own letterbox/resize/normalisation.
+
 >>> opts = DetectorOptions(device="cpu", batch=4)
 >>> opts.tiling.tile, opts.conf
 (1024, 0.001)
@@ -27,6 +32,7 @@ import numpy as np
 
 from aegisbench.detectors.tiling import TilingParams, cap_detections, merge_windows, tile_windows
 from aegisbench.errors import BadInput
+from aegisbench.hashing import rng_for
 from aegisbench.predictions import Detections
 
 log = logging.getLogger(__name__)
@@ -37,6 +43,7 @@ DETECTORS = {
     "fasterrcnn": "aegisbench.detectors.torchvision_adapter:FasterRCNNDetector",
 }
 _DEVICE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
+WARP_INPUT = "model_input"  # how `detect` applies WARP noise configs with wrapped detectors
 
 
 @dataclass(frozen=True)
@@ -117,10 +124,61 @@ class Throughput:
         self.seconds += other.seconds
 
 
+@dataclass(frozen=True)
+class InputNoise:
+    """WARP global noise at the model input: level ``a`` in [0, 1] and one stable key
+    (a tuple) per frame (or per window, once :meth:`Detector.predict` has split frames).
+
+    >>> InputNoise(0.1, (("v", "img"),)).for_windows([(0, 0), (0, 1)]).keys
+    (('v', 'img', 0), ('v', 'img', 1))
+    """
+
+    level: float
+    keys: tuple[tuple, ...]
+
+    def __post_init__(self) -> None:
+        a = self.level
+        if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= float(a) <= 1.0:
+            raise BadInput(f"noise level a must lie in [0, 1], got {a!r}", where="warp_noise")
+        if not isinstance(self.keys, tuple) or not all(isinstance(k, tuple) for k in self.keys):
+            raise TypeError("InputNoise.keys must be a tuple of tuples")
+
+    def for_windows(self, windows: Sequence[tuple[int, int]]) -> "InputNoise":
+        """Keys of ``(frame, window index)`` pairs: the frame's key plus the window index."""
+        return InputNoise(self.level, tuple((*self.keys[f], k) for f, k in windows))
+
+
+def warp_input_noise(x, a: float, rng: np.random.Generator):
+    """Seed 000's ``x' = (1 - a) x + a * sigma * r`` on one model-input tensor ``x`` (any
+    shape), ``sigma`` its own (population) standard deviation over all elements,
+    ``r ~ N(0, 1)`` per element drawn from ``rng`` on the CPU; float, no rounding or
+    clipping; returned in ``x``'s dtype and device."""
+    import torch
+
+    xf = x.float()
+    sigma = xf.std(correction=0)
+    r = torch.from_numpy(rng.standard_normal(tuple(x.shape), dtype=np.float32)).to(x.device)
+    return (xf * (1.0 - float(a)) + r * (sigma * float(a))).to(x.dtype)
+
+
+def add_input_noise(batch, noise: InputNoise):
+    """:func:`warp_input_noise` on each image of a ``(N, ...)`` batch, image ``i`` with the
+    generator of ``noise.keys[i]`` (so noise never depends on the batch it sits in)."""
+    import torch
+
+    if len(noise.keys) != len(batch):
+        raise ValueError(f"{len(noise.keys)} noise keys for a batch of {len(batch)}")
+    return torch.stack([warp_input_noise(x, noise.level, rng_for("warp_input_noise", *k))
+                        for x, k in zip(batch, noise.keys)])
+
+
 class Detector(ABC):
-    """A wrapped detector. Subclasses set ``name`` and implement ``predict_windows``."""
+    """A wrapped detector. Subclasses set ``name`` and implement ``predict_windows``;
+    those that can add WARP noise at the model input set ``input_noise = True`` and take
+    ``noise`` (an :class:`InputNoise` with one key per window) in ``predict_windows``."""
 
     name: str = "detector"
+    input_noise: bool = False
 
     def __init__(self, options: DetectorOptions):
         self.options = options
@@ -129,15 +187,21 @@ class Detector(ABC):
     @abstractmethod
     def predict_windows(self, windows: list[np.ndarray]) -> list[Detections]:
         """Run the model on same-shape RGB crops (at most ``options.batch``); boxes in
-        crop pixels, scores in [0, 1]."""
+        crop pixels, scores in [0, 1]. Called with ``noise=`` only when ``input_noise``."""
 
     def describe(self) -> dict:
         """What identifies the model (for submission.yaml and resume keys)."""
         return {"detector": self.name}
 
-    def predict(self, images: Sequence[np.ndarray]) -> list[Detections]:
-        """Detections of each full frame (RGB uint8 ``(H, W, 3)``) in frame pixels."""
+    def predict(self, images: Sequence[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
+        """Detections of each full frame (RGB uint8 ``(H, W, 3)``) in frame pixels; with
+        ``noise`` (one key per frame) WARP noise is added to every window's model input."""
         t0 = time.perf_counter()
+        if noise is not None:
+            if not self.input_noise:
+                raise BadInput(f"detector {self.name!r} cannot add noise at its model input", where="--detector")
+            if not isinstance(noise, InputNoise) or len(noise.keys) != len(images):
+                raise ValueError("noise must be an InputNoise with one key per image")
         plans = []
         crops: list[tuple[int, int, np.ndarray]] = []  # (frame, window index, crop)
         for f, img in enumerate(images):
@@ -156,7 +220,9 @@ class Detector(ABC):
         for idx in by_shape.values():
             for s in range(0, len(idx), bs):
                 chunk = idx[s:s + bs]
-                out = self.predict_windows([crops[i][2] for i in chunk])
+                wins = [crops[i][2] for i in chunk]
+                out = (self.predict_windows(wins) if noise is None else
+                       self.predict_windows(wins, noise=noise.for_windows([crops[i][:2] for i in chunk])))
                 if len(out) != len(chunk):
                     raise RuntimeError(f"{self.name}: {len(out)} results for {len(chunk)} windows")
                 for i, det in zip(chunk, out):

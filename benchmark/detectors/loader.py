@@ -7,6 +7,11 @@ decoding; ``FrameLoader`` yields :class:`FrameBatch` objects (tag + ids + RGB fr
 in shard order, one continuous pipeline over many splits (a batch never mixes tags),
 decoding a batch ahead and queueing ``prefetch`` decoded batches for the consumer.
 
+WARP noise configs (manifest meta ``kind == "warp_noise"``) are predicted by wrapped
+detectors from the clean frames with the noise added at the model input:
+:func:`warp_levels` finds them, :func:`input_shards` names the shards (and image ids)
+such a split is read from and :func:`input_noise` gives each frame its stable key.
+
 >>> b = FrameBatch(("clean", "sard"), ("a",), [np.zeros((2, 2, 3), np.uint8)], [(2, 2)])
 >>> len(b), b.tag
 (1, ('clean', 'sard'))
@@ -27,6 +32,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from aegisbench.builders.source_table import decode_image
+from aegisbench.detectors.interface import InputNoise
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -65,16 +71,59 @@ def split_frames(repo: str | Path, manifest: dict, config: str, split: str) -> l
     return out
 
 
-def _encoded_rows(items: Iterable[tuple[object, Path]], skip: frozenset[str]
-                  ) -> Iterator[tuple[object, str, bytes, str]]:
-    for tag, path in items:
+def warp_levels(manifest: dict, configs: Iterable[str]) -> dict[str, float]:
+    """``config -> a`` of the WARP global-noise configs among ``configs`` (from manifest meta)."""
+    out = {}
+    for c in configs:
+        meta = manifest["configs"][c].get("meta") or {}
+        if meta.get("kind") == "warp_noise":
+            level = meta.get("warp_level")
+            if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0.0 <= level <= 1.0:
+                raise BadInput(f"config {c!r} has no valid warp_level in its meta", where="manifest.json")
+            out[c] = float(level)
+    return out
+
+
+def input_shards(repo: str | Path, manifest: dict, config: str, split: str, at_input: bool = False
+                 ) -> tuple[list[Path], frozenset[str] | None]:
+    """``(shards, keep)`` a split's frames are read from: its own shards (``keep`` None), or
+    with ``at_input`` (a WARP noise config, noise added at the model input) the shards of
+    the same split of ``clean``, ``keep`` the split's image ids."""
+    if not at_input:
+        return shard_paths(repo, manifest, config, split), None
+    if split not in manifest["configs"].get("clean", {}).get("splits", {}):
+        raise BadInput(f"no clean split {split!r} to add the noise of {config!r} to", where="manifest.json")
+    ids = frozenset(i for p in shard_paths(repo, manifest, config, split)
+                    for i in pq.read_table(p, columns=["image_id"]).column("image_id").to_pylist())
+    clean = shard_paths(repo, manifest, "clean", split)
+    have = {i for p in clean for i in pq.read_table(p, columns=["image_id"]).column("image_id").to_pylist()}
+    if not ids <= have:
+        raise BadInput(f"{config}/{split} has images missing from clean/{split} (e.g. {sorted(ids - have)[0]!r})",
+                       where="manifest.json")
+    return clean, ids
+
+
+def input_noise(manifest: dict, levels: dict[str, float], tag: tuple[str, str],
+                image_ids: Iterable[str]) -> InputNoise | None:
+    """The model-input noise of frames of ``tag`` = ``(config, split)`` (None unless the
+    config is in ``levels``): key ``(benchmark_version, config, split, image_id)`` per frame."""
+    config, split = tag
+    if config not in levels:
+        return None
+    v = manifest["benchmark_version"]
+    return InputNoise(levels[config], tuple((v, config, split, i) for i in image_ids))
+
+
+def _encoded_rows(items: Iterable[tuple], skip: frozenset[str]) -> Iterator[tuple[object, str, bytes, str]]:
+    for tag, path, *keep in items:
+        keep = keep[0] if keep else None
         pf = pq.ParquetFile(path)
         for g in range(pf.num_row_groups):
             t = pf.read_row_group(g, columns=["image_id", "image"])
             ids = t.column("image_id").to_pylist()
             blobs = t.column("image").combine_chunks().field("bytes").to_pylist()
             for image_id, data in zip(ids, blobs):
-                if image_id not in skip:
+                if image_id not in skip and (keep is None or image_id in keep):
                     yield tag, image_id, data, f"{path.name}:{image_id}"
 
 
@@ -125,7 +174,8 @@ def background(produce: Callable[[Callable[[object], bool]], None], depth: int =
 
 class FrameLoader:
     """Iterate decoded frames of shards in batches of at most ``batch`` frames. ``shards``
-    are paths or ``(tag, path)`` pairs; a batch holds frames of one tag only. PNGs are
+    are paths, ``(tag, path)`` pairs or ``(tag, path, keep)`` (only image ids in ``keep``,
+    or all when None); a batch holds frames of one tag only. PNGs are
     decoded by ``workers`` threads one batch ahead, ``prefetch`` decoded batches wait for
     the consumer; ``skip`` image ids are not decoded. Errors in the background thread
     are re-raised in the consumer."""
@@ -134,7 +184,7 @@ class FrameLoader:
                  skip: Iterable[str] = ()):
         if batch < 1 or workers < 1 or prefetch < 1:
             raise ValueError("batch, workers and prefetch must be >= 1")
-        self.items = [s if isinstance(s, tuple) else (None, Path(s)) for s in shards]
+        self.items = [(s[0], Path(s[1]), *s[2:]) if isinstance(s, tuple) else (None, Path(s)) for s in shards]
         self.batch, self.workers, self.prefetch = batch, workers, prefetch
         self.skip = frozenset(skip)
 

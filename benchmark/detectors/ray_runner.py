@@ -4,7 +4,10 @@ The driver plans **frame jobs** exactly as the in-process loader batches frames:
 ``(config, split)``, the split's images in shard order cut into chunks of
 ``frames_per_batch``. A job names its shard files and image ids only (no pixels), so
 workers read and decode their own frames from the shared dataset path and every
-executor feeds the model identical batches - the predictions are the local run's.
+executor feeds the model identical batches - the predictions are the local run's. A
+job of a WARP noise config predicted with the noise at the model input reads the clean
+frames and carries the :class:`~aegisbench.detectors.interface.InputNoise` (level and
+per-frame keys) its predict call adds, exactly as the local loop does.
 
 * ``local`` with several workers: :func:`~aegisbench.executor.map_tasks` over the jobs;
   each process loads the detector once (:func:`predict_job`).
@@ -35,8 +38,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aegisbench.builders.source_table import decode_image
-from aegisbench.detectors.interface import DETECTORS, Detector, DetectorOptions, Throughput
-from aegisbench.detectors.loader import shard_paths
+from aegisbench.detectors.interface import DETECTORS, Detector, DetectorOptions, InputNoise, Throughput
+from aegisbench.detectors.loader import input_noise, input_shards
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, connect, map_tasks
 from aegisbench.predictions import Detections
@@ -85,12 +88,14 @@ class DetectorSpec:
 
 @dataclass(frozen=True)
 class FrameJob:
-    """One predict call: ``index`` in the plan, ``tag`` ``(config, split)``, and the
-    ``(shard path, image ids)`` it reads, in frame order."""
+    """One predict call: ``index`` in the plan, ``tag`` ``(config, split)``, the
+    ``(shard path, image ids)`` it reads, in frame order, and the model-input ``noise``
+    of those frames (None: none)."""
 
     index: int
     tag: tuple[str, str]
     rows: tuple[tuple[str, tuple[str, ...]], ...]
+    noise: InputNoise | None = None
 
     @property
     def image_ids(self) -> tuple[str, ...]:
@@ -109,15 +114,18 @@ class JobResult:
 
 
 def plan_jobs(repo: str | Path, manifest: dict, plan: dict[str, list[str]], configs: Iterable[str],
-              frames_per_batch: int) -> list[FrameJob]:
-    """The frame jobs of ``configs`` (reading image ids only), in the loader's batch order."""
+              frames_per_batch: int, levels: dict[str, float] | None = None) -> list[FrameJob]:
+    """The frame jobs of ``configs`` (reading image ids only), in the loader's batch order;
+    configs in ``levels`` (``config -> a``) read clean frames and add noise at the model input."""
+    levels = levels or {}
     jobs: list[FrameJob] = []
     for config in configs:
         for split in plan[config]:
             frames = []
-            for path in shard_paths(repo, manifest, config, split):
+            paths, keep = input_shards(repo, manifest, config, split, at_input=config in levels)
+            for path in paths:
                 ids = pq.read_table(path, columns=["image_id"]).column("image_id").to_pylist()
-                frames += [(str(Path(path).resolve()), i) for i in ids]
+                frames += [(str(Path(path).resolve()), i) for i in ids if keep is None or i in keep]
             for s in range(0, len(frames), frames_per_batch):
                 chunk, rows = frames[s:s + frames_per_batch], []
                 for path, image_id in chunk:
@@ -125,7 +133,8 @@ def plan_jobs(repo: str | Path, manifest: dict, plan: dict[str, list[str]], conf
                         rows[-1][1].append(image_id)
                     else:
                         rows.append((path, [image_id]))
-                jobs.append(FrameJob(len(jobs), (config, split), tuple((p, tuple(i)) for p, i in rows)))
+                noise = input_noise(manifest, levels, (config, split), [i for _, i in chunk])
+                jobs.append(FrameJob(len(jobs), (config, split), tuple((p, tuple(i)) for p, i in rows), noise))
     return jobs
 
 
@@ -145,7 +154,8 @@ def read_frames(job: FrameJob) -> list:
 def run_job(detector: Detector, job: FrameJob) -> JobResult:
     """Read, decode and predict one job with a loaded detector."""
     before = dataclasses.replace(detector.stats)
-    dets = detector.predict(read_frames(job))
+    frames = read_frames(job)
+    dets = detector.predict(frames) if job.noise is None else detector.predict(frames, noise=job.noise)
     s = detector.stats
     return JobResult(job.index, job.tag, job.image_ids, tuple(dets),
                      Throughput(s.frames - before.frames, s.windows - before.windows, s.seconds - before.seconds))

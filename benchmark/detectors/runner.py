@@ -9,6 +9,11 @@ resumes per config and never mixes parts of different runs. At the end the parts
 joined into ``predictions.parquet``, ``submission.yaml`` is written (with the dataset
 manifest digest) and the completed folder is swapped into place.
 
+WARP global-noise configs (seed 000) are not predicted from their stored frames by
+wrapped detectors (``input_noise``): the clean frame of the same image is read and the
+noise level added to the tensor the model sees (``warp_noise: model_input`` in the
+detector record and the run key); rows keep the WARP config's name.
+
 >>> SubmissionInfo(name="ref", model="yolo").license
 'MIT'
 """
@@ -31,8 +36,8 @@ from tqdm import tqdm
 
 from aegisbench.atomic import atomic_path, atomic_write_text, replace_dir
 from aegisbench.builders.manifest import require_verified
-from aegisbench.detectors.interface import Detector
-from aegisbench.detectors.loader import FrameLoader, shard_paths
+from aegisbench.detectors.interface import WARP_INPUT, Detector
+from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards, warp_levels
 from aegisbench.detectors.ray_runner import plan_jobs, worker_results, worker_spec
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor
@@ -96,14 +101,21 @@ def track_splits(manifest: dict, track: str) -> dict[str, list[str]]:
     return out
 
 
-def run_key(detector: Detector, manifest: dict, track: str, options=None) -> str:
+def noise_levels(detector: Detector, manifest: dict, configs) -> dict[str, float]:
+    """``config -> a`` of the WARP noise configs ``detector`` predicts with the noise added
+    at its model input (all of them for wrapped detectors, none otherwise)."""
+    return warp_levels(manifest, configs) if getattr(detector, "input_noise", False) else {}
+
+
+def run_key(detector: Detector, manifest: dict, track: str, options=None, warp_noise: str | None = None) -> str:
     """What decides the predictions: model identity and weights bytes, options (those the
-    workers run with, when given), dataset."""
+    workers run with, when given), dataset, and where WARP noise is applied (when it is)."""
     weights = Path(getattr(detector, "weights", ""))
     opts = dataclasses.asdict(options or detector.options)
+    extra = {"warp_noise": warp_noise} if warp_noise else {}
     return json_sha256({"detector": detector.describe(), "options": opts, "track": track,
                         "weights_sha256": file_sha256(weights) if weights.is_file() else None,
-                        "dataset_digest": manifest["dataset_digest"]})
+                        "dataset_digest": manifest["dataset_digest"], **extra})
 
 
 def staging_for(out: Path) -> Path:
@@ -150,7 +162,11 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     executor = executor or Executor()
     remote = executor.kind == "ray" or executor.workers > 1
     spec = worker_spec(detector, executor, device, half) if remote else None
-    key = run_key(detector, manifest, track, spec.options if spec else None)
+    levels = noise_levels(detector, manifest, plan)
+    warp_noise = WARP_INPUT if levels else None
+    if levels:
+        log.info("WARP noise configs %s: clean frames, noise added at the model input", ", ".join(sorted(levels)))
+    key = run_key(detector, manifest, track, spec.options if spec else None, warp_noise)
     staging = staging_for(out)
     parts = staging / "parts"
     parts.mkdir(parents=True, exist_ok=True)
@@ -164,12 +180,18 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     bar = tqdm(total=sum(sizes.values()), desc=f"detect {track}", unit="img", disable=not run.progress)
     t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
     if spec is None:
-        shards = [((c, s), p) for c in todo for s in plan[c] for p in shard_paths(repo, manifest, c, s)]
+        shards = []
+        for c in todo:
+            for s in plan[c]:
+                paths, keep = input_shards(repo, manifest, c, s, at_input=c in levels)
+                shards += [((c, s), p, keep) for p in paths]
         loader = FrameLoader(shards, batch=run.frames_per_batch, workers=run.loader_workers, prefetch=run.prefetch)
-        batches = ((fb.tag, fb.image_ids, functools.partial(detector.predict, fb.images)) for fb in loader)
+        batches = ((fb.tag, fb.image_ids, _predict_call(detector, fb.images,
+                                                        input_noise(manifest, levels, fb.tag, fb.image_ids)))
+                   for fb in loader)
     else:
-        batches = _worker_batches(detector, spec, plan_jobs(repo, manifest, plan, todo, run.frames_per_batch),
-                                  executor)
+        jobs = plan_jobs(repo, manifest, plan, todo, run.frames_per_batch, levels)
+        batches = _worker_batches(detector, spec, jobs, executor)
     entries: dict = {}
     counts = {c: {s: {"images": 0, "boxes": 0} for s in plan[c]} for c in todo}
     open_configs = list(todo)  # finished in plan order; one continuous stream of batches feeds them all
@@ -189,7 +211,7 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     done = detector.stats
     frames, windows, model_s = (done.frames - before.frames, done.windows - before.windows,
                                 done.seconds - before.seconds)
-    empty = _finalize(staging, parts, plan, manifest, track, info, detector)
+    empty = _finalize(staging, parts, plan, manifest, track, info, detector, warp_noise)
     replace_dir(staging, out)
     report = {"out": str(out), "configs": len(plan), "configs_run": len(todo), "configs_resumed": len(resumed),
               "frames": frames, "windows": windows, "seconds": round(wall, 3),
@@ -199,6 +221,13 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     log.info("detect: %d images (%d tiles) in %.1f s: %.2f images/s, %.2f tiles/s", frames, windows, wall,
              report["images_per_s"], report["tiles_per_s"])
     return report
+
+
+def _predict_call(detector: Detector, images: list, noise):
+    """``() -> detections`` of one batch (``noise`` only passed when there is some)."""
+    if noise is None:
+        return functools.partial(detector.predict, images)
+    return functools.partial(detector.predict, images, noise=noise)
 
 
 def _worker_batches(detector: Detector, spec, jobs: list, executor: Executor):
@@ -221,7 +250,7 @@ def _write_part(parts: Path, config: str, entries: dict, counts: dict, key: str)
 
 
 def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: dict, track: str,
-              info: SubmissionInfo, detector: Detector) -> list[str]:
+              info: SubmissionInfo, detector: Detector, warp_noise: str | None = None) -> list[str]:
     """Join the parts into predictions.parquet and write submission.yaml; returns the
     ``config/split`` entries with no detection (declared under ``no_detections``)."""
     tables, empty = [], []
@@ -238,18 +267,19 @@ def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: 
             "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
     if empty:
         meta["no_detections"] = empty
-    meta["detector"] = detector_record(detector)
+    meta["detector"] = detector_record(detector, warp_noise)
     atomic_write_text(staging / "submission.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
     shutil.rmtree(parts)
     return empty
 
 
-def detector_record(detector: Detector) -> dict:
-    """How the predictions were made (recorded in submission.yaml; never a threshold)."""
+def detector_record(detector: Detector, warp_noise: str | None = None) -> dict:
+    """How the predictions were made (recorded in submission.yaml; never a threshold);
+    ``warp_noise`` says where WARP noise configs got their noise (``model_input``)."""
     o = detector.options
     weights = Path(getattr(detector, "weights", ""))
     return {**detector.describe(),
             "weights_sha256": file_sha256(weights) if weights.is_file() else None,
             "score_floor": float(o.conf), "max_det_window": o.max_det, "max_det_frame": o.max_det_frame,
             "imgsz": o.imgsz, "model_nms_iou": o.nms_iou, "half": o.half,
-            "tiling": dataclasses.asdict(o.tiling)}
+            "tiling": dataclasses.asdict(o.tiling), **({"warp_noise": warp_noise} if warp_noise else {})}

@@ -7,7 +7,9 @@ optionally with ``classes`` (names without the background class). The network is
 built with ``weights=None, weights_backbone=None`` (nothing is downloaded) and the
 number of classes read from the box predictor. The score floor is ``conf``; native
 resolution is kept by setting the internal resize to the window size; ``half`` runs
-under CUDA autocast (FP16 where torchvision allows it).
+under CUDA autocast (FP16 where torchvision allows it). WARP noise at the model input
+is added by a forward hook on ``model.transform`` to the batched tensor it hands the
+backbone (after normalisation, resize and padding), one keyed generator per window.
 
 >>> FASTERRCNN_KEYS[0]
 'backbone.body.conv1.weight'
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aegisbench.detectors.interface import Detector, DetectorOptions, check_weights
+from aegisbench.detectors.interface import Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
 from aegisbench.errors import BadInput
 from aegisbench.predictions import Detections
 
@@ -71,6 +73,8 @@ def read_state_dict(path: Path) -> tuple[dict, list[str]]:
 class FasterRCNNDetector(Detector):
     """``fasterrcnn`` through ``torchvision.models.detection.fasterrcnn_resnet50_fpn``."""
 
+    input_noise = True
+
     def __init__(self, kind: str, weights: str | Path, options: DetectorOptions):
         import torch
         from torchvision.models.detection import fasterrcnn_resnet50_fpn
@@ -95,6 +99,8 @@ class FasterRCNNDetector(Detector):
                            where=str(path)) from None
         self.device = torch.device(options.device)
         self.model = model.eval().to(self.device)
+        self._noise: InputNoise | None = None
+        self.model.transform.register_forward_hook(self._add_noise)
         names = classes if len(classes) == n_classes - 1 else [str(i) for i in range(1, n_classes)]
         self.names = {i + 1: n for i, n in enumerate(names)}
 
@@ -102,7 +108,15 @@ class FasterRCNNDetector(Detector):
         return {"detector": self.name, "weights": Path(self.weights).name,
                 "architecture": "fasterrcnn_resnet50_fpn", "classes": list(self.names.values())}
 
-    def predict_windows(self, windows: list[np.ndarray]) -> list[Detections]:
+    def _add_noise(self, module, args, output):
+        """Forward hook of ``model.transform``: the pending noise on its ``ImageList``."""
+        if self._noise is None:
+            return None
+        images, targets = output
+        images.tensors = add_input_noise(images.tensors, self._noise)
+        return images, targets
+
+    def predict_windows(self, windows: list[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         import torch
 
         h, w = windows[0].shape[:2]
@@ -114,8 +128,12 @@ class FasterRCNNDetector(Detector):
             t.min_size, t.max_size = (max(1, round(side * min(h, w) / max(h, w))),), side
         batch = torch.from_numpy(np.stack(windows)).to(self.device)
         batch = batch.permute(0, 3, 1, 2).float().div_(255.0)
-        with torch.inference_mode(), torch.autocast("cuda", torch.float16, enabled=self.options.half):
-            out = self.model(list(batch))
+        self._noise = noise
+        try:
+            with torch.inference_mode(), torch.autocast("cuda", torch.float16, enabled=self.options.half):
+                out = self.model(list(batch))
+        finally:
+            self._noise = None
         dets = []
         for o in out:
             xyxy = o["boxes"].float().cpu().numpy().astype(np.float32).reshape(-1, 4)

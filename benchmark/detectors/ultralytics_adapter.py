@@ -8,7 +8,9 @@ with ``torch.load(weights_only=True)`` against Ultralytics' allow-list); if it w
 imported earlier without that flag, the checkpoint is first loaded once with
 ``torch_safe_load(..., safe_only=True)`` so an unsafe pickle never reaches the full
 loader. Frames reach the framework's own predictor (letterbox, NMS, rescaling), as
-BGR arrays, with ``conf`` near zero.
+BGR arrays, with ``conf`` near zero. WARP noise at the model input is added by a
+subclass of the model's predictor whose ``preprocess`` puts it on the batch tensor
+(after letterbox, BGR->RGB and /255), one keyed generator per window.
 
 >>> _native_imgsz(640, 480), _native_imgsz(1000, 1024), _native_imgsz(100, 70)
 (640, 1024, 128)
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aegisbench.detectors.interface import Detector, DetectorOptions, check_weights
+from aegisbench.detectors.interface import Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
 from aegisbench.errors import BadInput
 from aegisbench.predictions import Detections
 
@@ -72,8 +74,45 @@ def packaged_yaml(name: str) -> Path | None:
     return None
 
 
+class _Pending:
+    """The noise of the frames of the running ``predict`` call, consumed batch by batch."""
+
+    def __init__(self) -> None:
+        self.noise: InputNoise | None = None
+        self.used = 0
+
+    def set(self, noise: InputNoise | None) -> None:
+        self.noise, self.used = noise, 0
+
+    def take(self, n: int) -> InputNoise | None:
+        if self.noise is None:
+            return None
+        keys = self.noise.keys[self.used:self.used + n]
+        if len(keys) != n:
+            raise RuntimeError(f"the predictor preprocessed {self.used + n} frames, noise was given for "
+                               f"{len(self.noise.keys)}")
+        self.used += n
+        return InputNoise(self.noise.level, keys)
+
+
+def noisy_predictor(base: type, pending: _Pending) -> type:
+    """Subclass of the predictor class ``base`` adding ``pending``'s noise to the tensor
+    its ``preprocess`` returns (the exact model input); unchanged while none is pending."""
+
+    class AegisPredictor(base):
+        def preprocess(self, im):
+            x = super().preprocess(im)
+            noise = pending.take(len(x))
+            return x if noise is None else add_input_noise(x, noise)
+
+    AegisPredictor.__name__ = AegisPredictor.__qualname__ = f"Aegis{base.__name__}"
+    return AegisPredictor
+
+
 class UltralyticsDetector(Detector):
     """``yolo`` or ``rtdetr`` through ``ultralytics.YOLO`` / ``ultralytics.RTDETR``."""
+
+    input_noise = True
 
     def __init__(self, kind: str, weights: str | Path, options: DetectorOptions):
         if kind not in ("yolo", "rtdetr"):
@@ -83,6 +122,8 @@ class UltralyticsDetector(Detector):
         self.weights = str(weights)
         self.model = self._load(kind, str(weights))
         self.names = dict(self.model.names)
+        self._pending = _Pending()
+        self._predictor = noisy_predictor(self.model.task_map[self.model.task]["predictor"], self._pending)
 
     @staticmethod
     def _load(kind: str, weights: str):
@@ -126,14 +167,22 @@ class UltralyticsDetector(Detector):
         return {"detector": self.name, "weights": Path(self.weights).name,
                 "architecture": type(self.model.model).__name__, "classes": list(self.names.values())}
 
-    def predict_windows(self, windows: list[np.ndarray]) -> list[Detections]:
+    def predict_windows(self, windows: list[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         h, w = windows[0].shape[:2]
         o = self.options
         imgsz = o.imgsz or _native_imgsz(w, h)
         bgr = [np.ascontiguousarray(x[..., ::-1]) for x in windows]
         kw = dict(imgsz=imgsz, conf=float(o.conf), iou=0.7 if o.nms_iou is None else float(o.nms_iou),
                   max_det=o.max_det, device=o.device, verbose=False, save=False, **precision_args(o.half))
-        results = _guarded(lambda frames: self.model.predict(frames, batch=len(frames), **kw), bgr)
+
+        def run(idx: list[int]) -> list:
+            self._pending.set(None if noise is None else InputNoise(noise.level, tuple(noise.keys[i] for i in idx)))
+            try:
+                return self.model.predict([bgr[i] for i in idx], batch=len(idx), predictor=self._predictor, **kw)
+            finally:
+                self._pending.set(None)
+
+        results = _guarded(run, list(range(len(bgr))))
         return [self._to_detections(r) for r in results]
 
     def _to_detections(self, result) -> Detections:
@@ -173,9 +222,9 @@ def _run_watched(fn, frames: list) -> tuple[list, bool]:
 
 
 def _guarded(fn, frames: list, retries: int = 2) -> list:
-    """``fn(frames)``, never with silently dropped boxes: a batch whose NMS hit the time
-    limit is rerun one frame at a time; a frame that still hits it after ``retries``
-    tries raises (lower ``--batch`` or raise ``--conf``)."""
+    """``fn(frames)`` (frames or their indices), never with silently dropped boxes: a
+    batch whose NMS hit the time limit is rerun one frame at a time; a frame that still
+    hits it after ``retries`` tries raises (lower ``--batch`` or raise ``--conf``)."""
     results, hit = _run_watched(fn, frames)
     if not hit:
         return results

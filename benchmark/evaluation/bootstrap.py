@@ -7,7 +7,10 @@ image ``i`` occurs in resample ``b``. Every statistic of a condition uses the sa
 ``W`` (paired resampling); nothing is re-matched.
 
 * recall / precision / F1: ``W @ counts`` sums the per-image (TP, FP, FN) at the
-  frozen threshold; a 0/0 ratio is 0.
+  frozen threshold. A resample in which a ratio is 0/0 (no GT box for recall, no
+  detection for precision) is left out of that ratio's interval, as for AP50, instead
+  of counting as 0; when every resample is 0/0 the whole set is too, and the interval
+  is the point value's (0, 0).
 * AP50 (class-agnostic, pycocotools' 101-point interpolation) reuses the per-
   prediction TP flags of the one matching pass: a resampled image contributes its
   predictions ``W[b, i]`` times, adjacent in the score order (ties keep the reference
@@ -84,20 +87,30 @@ def percentile_interval(samples: np.ndarray, percentiles: tuple[float, float] = 
 
 
 def _intervals(stats: dict[str, np.ndarray], percentiles) -> dict[str, tuple[float, float]]:
-    """Percentile intervals of several finite sample vectors in one call."""
-    q = np.percentile(np.stack(list(stats.values())), percentiles, axis=1)
-    return {k: (float(q[0, i]), float(q[1, i])) for i, k in enumerate(stats)}
+    """Percentile intervals of several ratio sample vectors in one call; NaN samples
+    (resamples where the ratio is 0/0) are left out, and a vector that is all NaN
+    gives the 0/0 point convention's (0, 0)."""
+    stacked = np.stack(list(stats.values()))
+    if np.isfinite(stacked).all():
+        q = np.percentile(stacked, percentiles, axis=1)
+        return {k: (float(q[0, i]), float(q[1, i])) for i, k in enumerate(stats)}
+    out = {}
+    for k, v in stats.items():
+        out[k] = percentile_interval(v, percentiles) if np.isfinite(v).any() else (0.0, 0.0)
+    return out
 
 
-def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    return np.divide(num, den, out=np.zeros(np.shape(num)), where=den > 0)
+def _ratio(num: np.ndarray, den: np.ndarray, empty: float = 0.0) -> np.ndarray:
+    return np.divide(num, den, out=np.full(np.shape(num), empty, np.float64), where=den > 0)
 
 
-def count_statistics(summed: np.ndarray) -> dict[str, np.ndarray]:
-    """recall, precision, F1 from summed (..., 3) TP/FP/FN counts (0/0 -> 0)."""
+def count_statistics(summed: np.ndarray, empty: float = 0.0) -> dict[str, np.ndarray]:
+    """recall, precision, F1 from summed (..., 3) TP/FP/FN counts; a 0/0 ratio is
+    ``empty`` (0 for a point value, NaN for a bootstrap resample, then left out)."""
     summed = np.asarray(summed, np.float64)
     tp, fp, fn = summed[..., 0], summed[..., 1], summed[..., 2]
-    return {"recall": _ratio(tp, tp + fn), "precision": _ratio(tp, tp + fp), "f1": _ratio(2 * tp, 2 * tp + fp + fn)}
+    return {"recall": _ratio(tp, tp + fn, empty), "precision": _ratio(tp, tp + fp, empty),
+            "f1": _ratio(2 * tp, 2 * tp + fp + fn, empty)}
 
 
 def count_intervals(counts: np.ndarray, key: Sequence, n_resamples: int = 1000,
@@ -106,7 +119,7 @@ def count_intervals(counts: np.ndarray, key: Sequence, n_resamples: int = 1000,
     """Percentile intervals of pooled recall/precision/F1 from per-image (TP, FP, FN)."""
     counts = np.asarray(counts, np.int64).reshape(-1, 3)
     W = multiplicities(resample_indices(len(counts), key, n_resamples), len(counts)) if weights is None else weights
-    return _intervals(count_statistics(_weighted_sum(W, counts)), percentiles)
+    return _intervals(count_statistics(_weighted_sum(W, counts), empty=np.nan), percentiles)
 
 
 def _weighted_sum(W: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -223,7 +236,7 @@ def condition_intervals(match: BatchMatch, threshold: float, key: Sequence | Non
         raise ValueError(f"resamples cover {resamples.n_images} images, the match {match.n_images}")
     Wt = resamples.weights_t
     summed = (match.counts(threshold).T.astype(np.float64) @ Wt).T
-    out = _intervals(count_statistics(summed), params.percentiles)
+    out = _intervals(count_statistics(summed, empty=np.nan), params.percentiles)
     if with_ap50:
         samples = _ap50_t(match, Wt, total=match.n_images)
         dropped = int(np.isnan(samples).sum())

@@ -11,7 +11,8 @@ row-major, ``row = position // grid``, ``col = position % grid``; the patches of
     warp_patch: {grid: 25, patch_px: null, images: [synthetic_smoke/<image_id>, ...]}
 
 Without ``images`` the test is taken to cover every smoke-positive clean test image.
-Patch boxes are recomputed with :func:`aegisbench.corruptions.grid_boxes`.
+Patch boxes are :func:`aegisbench.corruptions.grid_boxes` clipped to the frame (``clip=True``),
+the boxes the engine pastes at.
 
 At the frozen threshold, over the covered smoke-positive images (at least one GT box):
 ``alpha_i`` = share of positions where a positive image (a box kept on the clean
@@ -170,11 +171,10 @@ def read_patch_predictions(path: Path, index: DatasetIndex, limits, problems: Pr
 
 
 def patch_boxes(width: int, height: int, grid: int, patch_px: int | None = None) -> np.ndarray:
-    """Visible patch rectangles (grid**2, 4), as pasted by the corruption engine."""
+    """Visible patch rectangles (grid**2, 4) float64, as pasted by the corruption engine:
+    :func:`aegisbench.corruptions.grid_boxes` clipped to the frame, nothing re-derived."""
     from aegisbench.corruptions import grid_boxes
-    b = grid_boxes((height, width), grid, patch_px).astype(np.float64)
-    return np.column_stack([np.clip(b[:, 0], 0, width), np.clip(b[:, 1], 0, height),
-                            np.clip(b[:, 2], 0, width), np.clip(b[:, 3], 0, height)])
+    return grid_boxes((height, width), grid, patch_px, clip=True).astype(np.float64)
 
 
 def deception_test(patch: PatchPredictions, gt, original_positive: np.ndarray, threshold: float) -> dict:

@@ -230,7 +230,7 @@ class _Cell:
         n = float(w @ self.n_u)
         if n == 0:
             return {}
-        out = {k: float(v) for k, v in count_statistics(w @ self.counts).items()}
+        out = {k: float(v) for k, v in count_statistics(w @ self.counts, empty=np.nan).items()}
         c = M._calibration_compute(np.tensordot(w, self.states, axes=1))
         out.update({"ece": c["ece"], "brier": c["brier"], "brier_reliability": c["reliability"],
                     "brier_resolution": c["resolution"], "brier_uncertainty": c["uncertainty"],
@@ -359,7 +359,8 @@ def _cell_rows(cell: _Cell, Wu: np.ndarray, inv: np.ndarray, cfg: ScoreConfig, t
     rows = []
     for name, value in point.items():
         boot = np.array([smp.get(name, np.nan) for smp in samples])[inv]
-        lo, hi = percentile_interval(boot, cfg.percentiles)
+        # resamples where a ratio is 0/0 are left out; if all are, so is the point: degenerate
+        lo, hi = percentile_interval(boot, cfg.percentiles) if np.isfinite(boot).any() else (value, value)
         rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value), "lo": lo, "hi": hi,
                      "n": n, "n_units": n_present})
     return rows
