@@ -78,9 +78,9 @@ class DustHazeParams:
 
 
 @corruption("dust_haze", family="earthquake", params=DustHazeParams,
-            severities={1: DustHazeParams(optical_depth=0.0928),
-                        2: DustHazeParams(optical_depth=0.476),
-                        3: DustHazeParams(optical_depth=1.10)},
+            severities={1: DustHazeParams(optical_depth=0.134),
+                        2: DustHazeParams(optical_depth=0.549),
+                        3: DustHazeParams(optical_depth=1.14)},
             statistic="rms_contrast", targets=(0.1094, 0.0720, 0.0489), direction=-1,
             fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("patch_px", "grain_px"))
 def dust_haze(image: np.ndarray, rng: np.random.Generator, p: DustHazeParams,

@@ -80,9 +80,9 @@ class WaterGlareParams:
 
 
 @corruption("water_glare", family="flood", params=WaterGlareParams,
-            severities={1: WaterGlareParams(coverage=0.0170),
-                        2: WaterGlareParams(coverage=0.0216),
-                        3: WaterGlareParams(coverage=0.0558, bloom=1.0)},
+            severities={1: WaterGlareParams(coverage=0.0185),
+                        2: WaterGlareParams(coverage=0.0211),
+                        3: WaterGlareParams(coverage=0.0559, bloom=1.0)},
             statistic="saturated_fraction", targets=(0.0116, 0.0182, 0.1895), direction=1,
             fit_param="coverage", fit_bounds=(0.0, 0.6), spatial=("core_px", "bloom_px", "zone_px"))
 def water_glare(image: np.ndarray, rng: np.random.Generator, p: WaterGlareParams,
@@ -140,9 +140,9 @@ class TurbidityCastParams:
 
 
 @corruption("turbidity_cast", family="flood", params=TurbidityCastParams,
-            severities={1: TurbidityCastParams(turbidity=0.156),
-                        2: TurbidityCastParams(turbidity=0.449),
-                        3: TurbidityCastParams(turbidity=0.787)},
+            severities={1: TurbidityCastParams(turbidity=0.203),
+                        2: TurbidityCastParams(turbidity=0.476),
+                        3: TurbidityCastParams(turbidity=0.815)},
             statistic="rms_contrast", targets=(0.1098, 0.0701, 0.0378), direction=-1,
             fit_param="turbidity", fit_bounds=(0.0, 0.98), spatial=("plume_px",))
 def turbidity_cast(image: np.ndarray, rng: np.random.Generator, p: TurbidityCastParams,
@@ -193,9 +193,9 @@ class InundationParams:
 
 
 @corruption("inundation", family="flood", params=InundationParams,
-            severities={1: InundationParams(coverage=0.102),
-                        2: InundationParams(coverage=0.298),
-                        3: InundationParams(coverage=0.544)},
+            severities={1: InundationParams(coverage=0.110),
+                        2: InundationParams(coverage=0.313),
+                        3: InundationParams(coverage=0.572)},
             statistic="occluded_fraction", targets=(0.083, 0.224, 0.392), direction=1,
             fit_param="coverage", fit_bounds=(0.0, 1.0), spatial=("pool_px", "ripple_px"))
 def inundation(image: np.ndarray, rng: np.random.Generator, p: InundationParams,

@@ -87,9 +87,9 @@ class RainStreaksParams:
 
 
 @corruption("rain_streaks", family="storm", params=RainStreaksParams,
-            severities={1: RainStreaksParams(density=335.0, veil=0.08),
-                        2: RainStreaksParams(density=796.0, veil=0.14),
-                        3: RainStreaksParams(density=1610.0, veil=0.20)},
+            severities={1: RainStreaksParams(density=341.0, veil=0.08),
+                        2: RainStreaksParams(density=812.0, veil=0.14),
+                        3: RainStreaksParams(density=1640.0, veil=0.20)},
             statistic="streak_density", targets=(0.04, 0.09, 0.17), direction=1,
             fit_param="density", fit_bounds=(0.0, 20000.0),
             spatial=("length_px", "width_px"))

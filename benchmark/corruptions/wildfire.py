@@ -65,9 +65,9 @@ class SmokeHazeParams:
 
 
 @corruption("smoke_haze", family="wildfire", params=SmokeHazeParams,
-            severities={1: SmokeHazeParams(optical_depth=0.0620),
-                        2: SmokeHazeParams(optical_depth=0.422),
-                        3: SmokeHazeParams(optical_depth=1.69)},
+            severities={1: SmokeHazeParams(optical_depth=0.0932),
+                        2: SmokeHazeParams(optical_depth=0.508),
+                        3: SmokeHazeParams(optical_depth=1.82)},
             statistic="rms_contrast", targets=(0.1170, 0.0776, 0.0475), direction=-1,
             fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("plume_px",))
 def smoke_haze(image: np.ndarray, rng: np.random.Generator, p: SmokeHazeParams,
@@ -105,9 +105,9 @@ class FireWarmTintParams:
 
 
 @corruption("fire_warm_tint", family="wildfire", params=FireWarmTintParams,
-            severities={1: FireWarmTintParams(cct_k=3140.0, optical_depth=0.25),
-                        2: FireWarmTintParams(cct_k=2540.0, optical_depth=0.35),
-                        3: FireWarmTintParams(cct_k=2220.0, optical_depth=0.45)},
+            severities={1: FireWarmTintParams(cct_k=3290.0, optical_depth=0.25),
+                        2: FireWarmTintParams(cct_k=2620.0, optical_depth=0.35),
+                        3: FireWarmTintParams(cct_k=2270.0, optical_depth=0.45)},
             statistic="mean_rb_ratio", targets=(1.674, 2.072, 2.452), direction=1,
             fit_param="cct_k", fit_bounds=(900.0, 6504.0), spatial=("plume_px",))
 def fire_warm_tint(image: np.ndarray, rng: np.random.Generator, p: FireWarmTintParams,
