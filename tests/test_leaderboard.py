@@ -378,3 +378,21 @@ def test_metric_directions_colour_and_rank_the_right_way():
     for m in ("recall", "recall_small", "image_f1", "map50", "f2r_f1", "average_precision"):
         assert direction(m) == 1, m
     assert direction("n_images") is None  # counts without an order stay unordered
+
+
+def test_markdown_warp_section_reports_positive_loss_lower_is_better(tmp_path):
+    root = tmp_path / "results"
+    rows = [row("w", "clean", "recall", 0.6, 0.5, 0.7, track="smoke"),
+            row("w", "warp_noise_100", "recall", 0.5, 0.4, 0.6, track="smoke"),
+            row("w", "warp_noise_100", "warp_map_loss", 3.3, track="smoke"),
+            row("w", "warp_noise_400", "warp_map_loss", 94.7, track="smoke"),
+            row("w", "warp_patch", "gamma", 0.40, 0.35, 0.46, track="smoke"),
+            row("w", "warp_patch", "alpha", 0.01, 0.0, 0.03, track="smoke")]
+    write_result(root, "w", rows, model="Whiskey", track="smoke")
+    entries, skipped = collect_results(root, Expectation(DIGEST, EV))
+    md = render_markdown(build_board(entries, skipped, Expectation(DIGEST, EV)))
+    warp = md[md.index("### WARP (seed 000)"):]
+    assert "**lower is better**" in warp and "a positive percentage" in warp
+    assert "| `warp_noise_400` | 94.700 |" in warp and "| `warp_noise_100` | 3.300 |" in warp
+    assert "| γ: patch detected as smoke (deceived) | 0.400 [0.350, 0.460] |" in warp
+    assert "| β: negative image turned positive | — |" in warp  # not reported: no cell, no number

@@ -103,8 +103,39 @@ def _section(board: Board, section: Section) -> list[str]:
                                         for m in section.models] for c in section.conditions]
         out += _table(heads, body, ["---", "---", "--:"] + ["--:"] * len(section.models))
         out.append("")
+    out += _warp(section)
     if main:
         out += _families(board, section, main) + _ranks(board, section, main)
+    return out
+
+
+WARP_PATCH = (("alpha", "α: positive image turned negative"), ("beta", "β: negative image turned positive"),
+              ("gamma", "γ: patch detected as smoke (deceived)"))
+
+
+def _warp(section: Section) -> list[str]:
+    """Seed 000's two WARP tables: mAP loss per noise level, and the patch deception rates."""
+    noise = [c for c in section.conditions if str(c["config"]).startswith("warp_noise_")]
+    patch = any(c["config"] == "warp_patch" for c in section.conditions)
+    if not noise and not patch:
+        return []
+    out = ["### WARP (seed 000)", ""]
+    names = [_name(m) for m in section.models]
+    if noise:
+        out += ["Global noise `x' = (1 - a) x + a σ r` (at the model input for wrapped detectors, on "
+                "the stored frame for prediction files; see the dataset card). The mAP loss is "
+                "`100 (mAP_clean - mAP_a) / mAP_clean`, a positive percentage as in the seed's "
+                "tables: **lower is better** (negative: the noise raised mAP).", ""]
+        body = [[md_code(c["config"])] + [_cell_text(section, m.submission, c["config"], "warp_map_loss")
+                                          for m in section.models] for c in noise]
+        out += _table(["noise level", *(f"{n}: {label('warp_map_loss')}" for n in names)], body,
+                      ["---"] + ["--:"] * len(names)) + [""]
+    if patch:
+        out += ["Cloud-patch deception test (625 positions per smoke-positive image): lower is "
+                "better for all three.", ""]
+        body = [[text] + [_cell_text(section, m.submission, "warp_patch", metric) for m in section.models]
+                for metric, text in WARP_PATCH]
+        out += _table(["rate", *names], body, ["---"] + ["--:"] * len(names)) + [""]
     return out
 
 
