@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
+from aegisbench.builders.sources import materialize_source
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.params import Params
 from aegisbench.predictions import Detections, write_parquet_predictions

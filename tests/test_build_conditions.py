@@ -6,7 +6,8 @@ import datasets
 import numpy as np
 import pytest
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
+from aegisbench.builders.sources import materialize_source
 from aegisbench.builders.manifest import load_manifest, verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput

@@ -112,7 +112,7 @@ def _table_doc(tmp_path):
     (lambda d: d["corruptions"]["smoke_haze"]["targets"].update(s3=0.2),
      r"smoke_haze.targets.s3: rms_contrast target 0.2 does not fall from s2"),
     (lambda d: d["corruptions"]["low_light"]["severities"]["s3"].update(stops=12.5),
-     r"low_light.s3.stops: 12.5 is outside the declared range \[0.0, 10.0\]"),
+     r"low_light.s3.stops: must lie in \[0.0, 10.0\], got 12.5"),
     (lambda d: d["corruptions"]["water_glare"]["severities"]["s1"].update(glow=1.0),
      r"water_glare.s1.glow: unknown parameter"),
     (lambda d: d["corruptions"]["motion_blur"]["severities"]["s2"].update(length="long"),
@@ -131,10 +131,10 @@ def test_bad_severity_table_names_corruption_severity_and_field(tmp_path, mutate
     from aegisbench.builders.source_table import SourceRecord, write_source_table
     write_source_table([SourceRecord.from_image("a", "test", "synthetic_sar", synthetic_scene(40, 40, key=("t",)),
                                                 boxes=[[2, 2, 10, 10]], labels=["person"])], src)
-    rc = main(["preview-grid", "--source-table", str(src), "--image-id", "a", "--out", str(img),
+    rc = main(["preview", "--source-table", str(src), "--grid", "--image-id", "a", "--out", str(tmp_path),
                "--table", str(path)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert rc == 2 and len(err) == 1 and str(path) in err[0] and not img.exists()
+    assert rc == 2 and len(err) == 1 and str(path) in err[0] and not (tmp_path / "s_grid.png").exists()
 
 
 def test_targets_in_a_table_drive_the_fit(sample, tmp_path):
@@ -292,27 +292,30 @@ def test_cli_calibrate_bad_input(tmp_path, source_table):
         args.func(args)
 
 
-def test_cli_preview_grid(tmp_path, source_table):
-    out = tmp_path / "grid.png"
-    args = _parser().parse_args(["preview-grid", "--source-table", str(source_table),
-                                 "--image-id", "img_1", "--out", str(out), "--cell", "48"])
-    assert args.func(args) == 0
+def test_cli_preview_grid(tmp_path, source_table, capsys):
+    from aegisbench.cli import main
+
+    assert main(["preview", "--source-table", str(source_table), "--grid", "--image-id", "img_1",
+                 "--out", str(tmp_path), "--cell", "48"]) == 0
     from aegisbench.builders.source_table import decode_image
-    grid = decode_image(out.read_bytes())
+    grid = decode_image((tmp_path / "source_grid.png").read_bytes())
     assert grid.shape[:2] == (22 + len(C.names()) * 50, 130 + 4 * 50)
-    args = _parser().parse_args(["preview-grid", "--source-table", str(source_table),
-                                 "--image-id", "img_99", "--out", str(out)])
-    with pytest.raises(BadInput, match="img_99"):
-        args.func(args)
+    assert (tmp_path / "source.png").is_file()  # the contact sheet
+    capsys.readouterr()
+    assert main(["preview", "--source-table", str(source_table), "--grid", "--image-id", "img_99",
+                 "--out", str(tmp_path)]) == 2
+    assert "img_99" in capsys.readouterr().err
 
 
 def test_preview_grid_layout(tmp_path, sample):
+    from aegisbench.corruptions.preview import preview_grid
+
     img = sample["img_1"]
-    grid = C.preview_grid(img, tmp_path / "g.png", cell=40, corruptions=["smoke_haze", "low_light"])
+    grid = preview_grid(img, tmp_path / "g.png", cell=40, corruptions=["smoke_haze", "low_light"])
     assert (tmp_path / "g.png").exists()
     assert grid.shape == (22 + 2 * 42, 130 + 4 * 42, 3)
     with pytest.raises(BadInput, match="fog"):
-        C.preview_grid(img, tmp_path / "h.png", corruptions=["fog"])
+        preview_grid(img, tmp_path / "h.png", corruptions=["fog"])
     assert not (tmp_path / "h.png").exists()
 
 

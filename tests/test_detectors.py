@@ -39,7 +39,7 @@ def env(tmp_path_factory):
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
     import_ultralytics()
     from ultralytics import RTDETR, YOLO
-    YOLO(str(ROOT / "benchmark" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
+    YOLO(str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
     YOLO("yolov8n-cls.yaml").save(root / "cls.pt")
     (root / "rtdetr_tiny.yaml").write_text(RTDETR_TINY)
     RTDETR(str(root / "rtdetr_tiny.yaml")).save(root / "rtdetr.pt")

@@ -21,8 +21,10 @@ from aegisbench.evaluation.bootstrap import BootstrapParams, Resamples, conditio
 from aegisbench.cli import main
 from aegisbench.evaluation import coco_map
 from aegisbench.evaluation.dataset import DatasetIndex
-from aegisbench.evaluation.evaluator import (EVALUATOR_VERSION, Evaluation, EvaluationParams, SplitScore,
-                                             evaluate, evaluate_submission, write_results)
+from aegisbench.evaluation.detection import SplitScore
+from aegisbench.evaluation.evaluator import EvaluationParams, evaluate, evaluate_submission
+from aegisbench.evaluation.results import Evaluation, write_results
+from aegisbench.evaluation.version import EVALUATOR_VERSION
 from aegisbench.evaluation.submission import validate_submission
 from aegisbench.evaluation.warp_eval import patch_boxes
 from aegisbench.leaderboard.results import read_entry
@@ -74,7 +76,9 @@ def test_perfect_submission_recall_precision_one_with_degenerate_intervals(tmp_p
     assert df.schema == pl.Schema({"submission": pl.String, "track": pl.String, "source": pl.String,
                                    "config": pl.String, "corruption": pl.String, "family": pl.String,
                                    "severity": pl.Int64, "metric": pl.String, "value": pl.Float64,
-                                   "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64})
+                                   "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64, "t": pl.Int32,
+                                   "stratum": pl.String, "n_units": pl.Int32})
+    assert df["t"].null_count() == df["stratum"].null_count() == df.height  # no frames or strata here
     entry = read_entry(out)
     assert entry.metrics.height == df.height
     pi = pl.read_parquet(out / "per_image.parquet")

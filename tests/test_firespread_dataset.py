@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 
@@ -17,10 +18,14 @@ from aegisbench.builders.firespread import (FIRESPREAD_FEATURES, build_firesprea
 from aegisbench.builders.manifest import load_manifest, verify_repo
 from aegisbench.firespread.convlstm import ConvLSTMConfig
 from aegisbench.firespread.ensemble import burn_counts, z_moments
-from aegisbench.firespread.evaluate import RESULT_SCHEMA, score_submission, write_baselines
+from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
+from aegisbench.evaluation.bootstrap import BootstrapParams
+from aegisbench.evaluation.results import RESULTS_SCHEMA
+from aegisbench.firespread.baselines import write_baselines
 from aegisbench.firespread.layout import make_initial_condition
 from aegisbench.firespread.params import FirespreadParams
 from aegisbench.firespread.submission import FORECASTS, forecasts_table
+from aegisbench.leaderboard.results import read_entry
 
 V = "0.1.0"
 PARAMS = {"grid": [16, 16], "realizations": 24, "s_levels": [0, 30], "initial_conditions": 4,
@@ -98,12 +103,16 @@ def test_baselines_validate_and_evaluate(repo, capsys):
     path = repo / "repo"
     for name in ("oracle", "persistence", "spread_heuristic", "convlstm"):
         sub = repo / "subs" / f"firespread_{name}"
-        assert cli.main(["firespread-validate", str(sub), "--dataset", str(path)]) == 0
-    out = repo / "res" / "oracle"
-    assert cli.main(["firespread-evaluate", str(repo / "subs" / "firespread_oracle"), "--dataset", str(path),
-                     "--out", str(out), "--n-boot", "50"]) == 0
+        assert cli.main(["validate", str(sub), "--dataset", str(path)]) == 0
+        assert f"firespread_{name}: OK (track firespread" in capsys.readouterr().out
+    out = repo / "res" / "firespread_oracle"
+    assert cli.main(["evaluate", str(repo / "subs" / "firespread_oracle"), "--dataset", str(path),
+                     "--results", str(repo / "res"), "--n-resamples", "50"]) == 0
     t = pq.read_table(out / "metrics.parquet")
-    assert t.schema.equals(RESULT_SCHEMA)
+    assert t.schema.equals(RESULTS_SCHEMA)
+    prov = json.loads((out / "provenance.json").read_text())
+    assert prov["track"] == "firespread" and prov["bootstrap"]["unit"] == "initial condition"
+    assert read_entry(out).provenance["submission"] == "firespread_oracle"  # the leaderboard accepts it
     rows = t.to_pylist()
     metrics = {r["metric"] for r in rows}
     assert {"precision", "recall", "f1", "average_precision", "auc_pr_trapezoid", "brier", "brier_reliability",
@@ -117,7 +126,9 @@ def test_baselines_validate_and_evaluate(repo, capsys):
           and r["stratum"] == "all"}
     assert s0["recall"] == 1.0 and s0["brier"] == 0.0 and s0["ece"] == 0.0
     assert (out / "calibration.png").read_bytes()[:4] == b"\x89PNG"
-    pers = score_submission(repo / "subs" / "firespread_persistence", path, n_boot=20).to_pylist()
+    pers_dir = evaluate_submission(repo / "subs" / "firespread_persistence", path, repo / "res",
+                                   EvaluationParams(bootstrap=BootstrapParams(n_resamples=20)))
+    pers = pq.read_table(pers_dir / "metrics.parquet").to_pylist()
     b = [r["value"] for r in pers if r["metric"] == "brier" and r["config"] == "firespread_s0" and r["t"] == 10]
     assert b[0] > 0  # persistence misses the spread
 
@@ -126,8 +137,8 @@ def test_held_out_truth_ece_floor_pooled_strata_and_report(repo, tmp_path, capsy
     path = repo / "repo"
     res = tmp_path / "results"
     for name in ("oracle", "persistence"):
-        assert cli.main(["firespread-evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(path),
-                         "--out", str(res / f"firespread_{name}"), "--n-boot", "30", "--bins", "15"]) == 0
+        assert cli.main(["evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(path),
+                         "--results", str(res), "--n-resamples", "30"]) == 0
     # the scored realizations are not in the statistic: the oracle no longer scores Brier 0
     # against them at S30, but its ECE floor is reported beside its ECE
     rows = pq.read_table(res / "firespread_oracle" / "metrics.parquet").to_pylist()
@@ -138,7 +149,7 @@ def test_held_out_truth_ece_floor_pooled_strata_and_report(repo, tmp_path, capsy
     assert cell[("firespread_s0", None, "all", "ece_floor")]["value"] == 0.0
     # strata pooled over S-levels: the pooled "all" cell counts the pixels of both configs
     strata = pq.read_table(res / "firespread_oracle" / "strata.parquet")
-    assert strata.schema.equals(RESULT_SCHEMA)
+    assert strata.schema.equals(RESULTS_SCHEMA)
     pooled = {(r["stratum"], r["metric"]): r for r in strata.to_pylist()}
     assert {r["config"] for r in strata.to_pylist()} == {"firespread_pooled"}
     n_all = sum(cell[(c, None, "all", "brier")]["n"] for c in ("firespread_s0", "firespread_s30"))
@@ -221,9 +232,9 @@ def _broken(repo, tmp_path, mutate) -> str:
 ])
 def test_invalid_submissions_exit_2_naming_row_and_field(repo, tmp_path, capsys, mutate, needle):
     sub = _broken(repo, tmp_path, mutate)
-    assert cli.main(["firespread-validate", sub, "--dataset", str(repo / "repo")]) == 2
+    assert cli.main(["validate", sub, "--dataset", str(repo / "repo")]) == 2
     err = capsys.readouterr().err
-    assert needle in err and err.count("\n") == 1
+    assert needle in err and err.endswith("invalid submission: 1 problem(s)\n") and err.count("\n") == 2
 
 
 def test_digest_mismatch_and_missing_folder_exit_2(repo, tmp_path, capsys):
@@ -231,9 +242,9 @@ def test_digest_mismatch_and_missing_folder_exit_2(repo, tmp_path, capsys):
     meta = yaml.safe_load((tmp_path / "sub" / "submission.yaml").read_text())
     meta["dataset_digest"] = "0" * 64
     (tmp_path / "sub" / "submission.yaml").write_text(yaml.safe_dump(meta))
-    assert cli.main(["firespread-validate", sub, "--dataset", str(repo / "repo")]) == 2
+    assert cli.main(["validate", sub, "--dataset", str(repo / "repo")]) == 2
     assert "field dataset_digest" in capsys.readouterr().err
-    assert cli.main(["firespread-validate", str(tmp_path / "nope"), "--dataset", str(repo / "repo")]) == 2
+    assert cli.main(["validate", str(tmp_path / "nope"), "--dataset", str(repo / "repo")]) == 2
     assert cli.main(["firespread-baselines", "--dataset", str(repo / "repo"), "--only", "magic"]) == 2
 
 
@@ -283,3 +294,21 @@ def test_bad_firespread_section_exits_2_and_writes_nothing(tmp_path, capsys):
     assert cli.main(["build", "--params", params]) == 2
     assert "params.yaml: firespread" in capsys.readouterr().err
     assert not (tmp_path / "mixed").exists()
+
+
+def test_one_validate_for_every_track_refuses_a_threshold_and_a_foreign_track(repo, tmp_path, capsys):
+    """The shared submission.yaml checks apply to fire-spread as to detection: a
+    ``threshold`` field is refused (exit 2, nothing written), as is a fire-spread folder
+    declaring a detection track."""
+    sub = _broken(repo, tmp_path, lambda k, m: (k, m))
+    meta_path = tmp_path / "sub" / "submission.yaml"
+    meta = yaml.safe_load(meta_path.read_text())
+    meta_path.write_text(yaml.safe_dump({**meta, "threshold": 0.5}))
+    results = tmp_path / "results"
+    for cmd in (["validate", sub], ["evaluate", sub, "--results", str(results)]):
+        assert cli.main([*cmd, "--dataset", str(repo / "repo")]) == 2
+        assert "field threshold: thresholds cannot be set by a submission" in capsys.readouterr().err
+    assert not results.exists()
+    meta_path.write_text(yaml.safe_dump({**meta, "track": "sar"}))
+    assert cli.main(["validate", sub, "--dataset", str(repo / "repo")]) == 2
+    assert "the dataset has no split of track 'sar'" in capsys.readouterr().err  # read as detection

@@ -13,8 +13,9 @@ from aegisbench.firespread.ensemble import burn_counts, burnt_masks, dice
 from aegisbench.firespread.layout import make_initial_condition
 from aegisbench.firespread.model import SeedModel, simulate
 from aegisbench.firespread.params import FirespreadParams
-from aegisbench.firespread.scoring import (MapSet, ScoreConfig, _Cell, ap_rows, dice_label, distinct_ranks,
-                                           score_mapset, var_label, weighted_pr_areas)
+from aegisbench.firespread.cells import CellStats, distinct_ranks
+from aegisbench.firespread.scoring import MapSet, ScoreConfig, ap_rows, dice_label, score_mapset, var_label
+from aegisbench.metrics import weighted_pr_areas
 from aegisbench import metrics as M  # after scoring: see the import-order note there
 
 
@@ -29,7 +30,7 @@ def random_data(seed: int, n: int = 4000):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_metrics_match_sklearn_with_ties_at_bin_edges(seed):
     p, y, u = random_data(seed)
-    cell = _Cell(p, y, u, None, 5, ScoreConfig(threshold=0.5, n_bins=10))
+    cell = CellStats(p, y, u, None, 5, ScoreConfig(threshold=0.5, n_bins=10))
     pt = cell.point()
     assert pt["average_precision"] == pytest.approx(average_precision_score(y, p), abs=1e-12)
     assert pt["average_precision"] == pytest.approx(M.average_precision(p, y), abs=1e-12)
@@ -61,11 +62,11 @@ def test_metrics_match_sklearn_with_ties_at_bin_edges(seed):
 def test_bootstrap_reweighting_equals_rescoring_the_resample(seed):
     p, y, u = random_data(seed, 3000)
     o = np.random.default_rng(seed).random(len(p))
-    cell = _Cell(p, y, u, o, 5, ScoreConfig())
+    cell = CellStats(p, y, u, o, 5, ScoreConfig())
     assert cell.resampled(np.ones(5)) == pytest.approx(cell.point(), abs=1e-12)
     w = np.array([0, 3, 1, 0, 1], float)
     idx = np.concatenate([np.flatnonzero(u == k) for k in range(5) for _ in range(int(w[k]))])
-    again = _Cell(p[idx], y[idx], np.zeros(len(idx), int), o[idx], 1, ScoreConfig()).point()
+    again = CellStats(p[idx], y[idx], np.zeros(len(idx), int), o[idx], 1, ScoreConfig()).point()
     assert cell.resampled(w) == pytest.approx(again, abs=1e-12)
 
 
@@ -77,6 +78,35 @@ def test_weighted_pr_areas_without_positives_and_ap_rows():
     Y[0] = False
     ref = [M.average_precision(P[i], Y[i]) for i in range(30)]
     assert np.allclose(ap_rows(P, Y), ref, atol=1e-12)
+
+
+def _old_ap_rows(p, y):
+    """ap_rows as it was before it took its precision and 0/0 rule from aegisbench.stats.ratio."""
+    p = np.asarray(p, np.float64)
+    y = np.asarray(y, bool)
+    order = np.argsort(-p, axis=1, kind="stable")
+    ps = np.take_along_axis(p, order, 1)
+    ys = np.take_along_axis(y, order, 1).astype(np.float64)
+    tps = np.cumsum(ys, axis=1)
+    fps = np.arange(1, p.shape[1] + 1)[None, :] - tps
+    end = np.ones_like(ps, bool)
+    end[:, :-1] = ps[:, :-1] != ps[:, 1:]
+    pos = tps[:, -1:]
+    prec = np.where(end, tps / np.maximum(tps + fps, 1), 0.0)
+    tp_end = np.where(end, tps, 0.0)
+    prev = np.concatenate([np.zeros((len(p), 1)), np.maximum.accumulate(tp_end, axis=1)[:, :-1]], axis=1)
+    gain = np.where(end, tps - prev, 0.0)
+    return np.where(pos[:, 0] > 0, (gain * prec).sum(axis=1) / np.maximum(pos[:, 0], 1), 0.0)
+
+
+def test_ap_rows_is_bit_identical_to_the_formula_it_replaced():
+    rng = np.random.default_rng(11)
+    for i in range(60):
+        n = int(rng.integers(1, 300))
+        P = (rng.integers(0, 21, (8, n)) / 20) if i % 2 else rng.random((8, n)).astype(np.float32)
+        Y = rng.random(P.shape) < P
+        Y[i % 8] = False
+        assert ap_rows(P, Y).tobytes() == _old_ap_rows(P, Y).tobytes()
 
 
 def test_strata_labels_and_dice_convention():
@@ -128,9 +158,9 @@ def test_oracle_is_calibrated_against_the_ensemble_while_recall_varies():
             ps2.append(np.broadcast_to(prob, m2.shape).reshape(-1))
             ys2.append(m2.reshape(-1))
             us2.append(np.full(m2.size, u))
-        pt = _Cell(np.concatenate(ps), np.concatenate(ys), np.concatenate(us), None, 3, ScoreConfig()).point()
+        pt = CellStats(np.concatenate(ps), np.concatenate(ys), np.concatenate(us), None, 3, ScoreConfig()).point()
         ece_same[s], recall[s] = pt["ece"], pt["recall"]
-        ece_heldout[s] = _Cell(np.concatenate(ps2), np.concatenate(ys2), np.concatenate(us2), None, 3,
+        ece_heldout[s] = CellStats(np.concatenate(ps2), np.concatenate(ys2), np.concatenate(us2), None, 3,
                                ScoreConfig()).point()["ece"]
     assert all(v < 1e-9 for v in ece_same.values()), ece_same  # calibrated by construction on its own ensemble
     assert all(v < 0.02 for v in ece_heldout.values())  # and on realizations it has not seen
@@ -186,7 +216,7 @@ def test_cells_pooled_from_atoms_equal_cells_scored_directly():
     cases += [(None, lab, np.flatnonzero(labels["dice"] == lab)) for lab in set(labels["dice"])]
     for tt, stratum, sel in cases:
         u = np.repeat(ms.unit[sel], hw)
-        direct = _Cell(p[sel].ravel(), y[sel].ravel(), u, o[sel].ravel(), 4, cfg, yf[sel].ravel()).point()
+        direct = CellStats(p[sel].ravel(), y[sel].ravel(), u, o[sel].ravel(), 4, cfg, yf[sel].ravel()).point()
         for metric, value in direct.items():
             assert got[(tt, stratum, metric)] == pytest.approx(value, abs=1e-12), (tt, stratum, metric)
 

@@ -375,9 +375,11 @@ def test_metric_directions_colour_and_rank_the_right_way():
     for m in ("effectiveness", "effectiveness_size_small", "relative_drop_f1", "relative_drop_map50",
               "warp_map_loss", "time_to_detect_frames", "fp", "brier", "ece"):
         assert direction(m) == -1, m
-    for m in ("recall", "recall_small", "image_f1", "map50", "f2r_f1", "average_precision"):
+    for m in ("recall", "recall_small", "image_f1", "map50", "average_precision", "loc_n_both"):
         assert direction(m) == 1, m
-    assert direction("n_images") is None  # counts without an order stay unordered
+    for m in ("frozen_threshold", "ece_floor", "oracle_brier", "brier_uncertainty", "f1_sd_maps"):
+        assert direction(m) is None, m  # registered as unordered: reference values and spreads
+    assert direction("n_images") is None and direction("f2r_f1") is None  # not registered: no order
 
 
 def test_markdown_warp_section_reports_positive_loss_lower_is_better(tmp_path):

@@ -15,7 +15,7 @@ from aegisbench.builders.build import build_repo
 from aegisbench.builders.source_table import SourceRecord, write_source_table
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.hashing import file_sha256, rng_for
-from aegisbench.leaderboard.publish import check_repo_id, publish, publish_plan
+from aegisbench.builders.publish import check_repo_id, publish, publish_plan
 from aegisbench.params import Params
 
 

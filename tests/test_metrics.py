@@ -21,10 +21,15 @@ def test_counts_metrics_and_directions():
         M.recall([-1, 0, 0])
     state = M._counts_update(None, per_image[:2])
     assert M._counts_update(state, per_image[2:]).tolist() == [4, 1, 3]
-    for fn, d in [(M.recall, True), (M.f1, True), (M.relative_drop, False), (M.brier_score, False),
-                  (M.expected_calibration_error, False), (M.average_precision, True), (M.effectiveness_score, False),
-                  (M.time_to_detect, False), (M.calibration_curve, None), (M.localization_stability, True)]:
-        assert M.higher_is_better(fn) is d, fn.__name__
+    # directions are the registry's, by the name the rows carry
+    for name, d in [("recall", True), ("f1", True), ("relative_drop_recall", False), ("brier", False),
+                    ("ece", False), ("average_precision", True), ("effectiveness", False),
+                    ("time_to_detect_min", False), ("time_to_detect_min_sd", None), ("loc_iou", True),
+                    ("ece_floor", None), ("loc_n_both", True)]:
+        assert M.higher_is_better(name) is d, name
+    assert M.higher_is_better(M.recall) is True  # a function named like its metric
+    with pytest.raises(KeyError, match="not registered"):
+        M.higher_is_better(M.brier_score)  # a helper, not a row name: no direction of its own
 
 
 def test_recall_by_size_bands_are_half_open():
@@ -40,7 +45,7 @@ def test_relative_drop_and_map_percent_loss():
     assert np.isnan(M.relative_drop(0.0, 0.0))
     assert M.map_percent_loss(0.25, 0.5) == 50.0  # a loss is positive, as in seed 000's tables
     assert M.map_percent_loss(0.6, 0.5) == pytest.approx(-20.0)
-    assert M.higher_is_better(M.map_percent_loss) is False
+    assert M.higher_is_better("warp_map_loss") is False
     assert M.map_percent_loss(0.5, 0.5) == 0.0
 
 
@@ -211,3 +216,76 @@ def test_average_precision_and_trapezoid_equal_sklearn():
     assert M.average_precision([0.9, 0.1], [0, 0]) == 0.0
     with pytest.raises(ValueError):
         M.average_precision([0.5], [2])
+
+
+# ---- one AP: the formulas the shared curve replaced, written out as they were (the pixel
+# path of metrics.forecast and the per-score-table path of the fire-spread scorer)
+
+def _old_pr_curve(score, y):
+    s = np.asarray(score, np.float64).reshape(-1)
+    t = np.asarray(y).reshape(-1)
+    order = np.argsort(s, kind="mergesort")[::-1]
+    s, t = s[order], t[order].astype(np.float64)
+    ends = np.r_[np.flatnonzero(np.diff(s)), t.size - 1]
+    tps = np.cumsum(t)[ends]
+    fps = 1 + ends - tps
+    prec = np.divide(tps, tps + fps, out=np.zeros(tps.size), where=(tps + fps) != 0)
+    rec = np.ones(tps.size) if tps[-1] == 0 else tps / tps[-1]
+    return np.r_[prec[::-1], 1.0], np.r_[rec[::-1], 0.0]
+
+
+def _old_weighted_pr_areas(pos, neg):
+    keep = (pos + neg) > 0
+    pos, neg = pos[keep], neg[keep]
+    tps, fps = np.cumsum(pos), np.cumsum(neg)
+    prec = np.divide(tps, tps + fps, out=np.zeros(tps.size), where=(tps + fps) != 0)
+    rec = np.ones(tps.size) if tps[-1] == 0 else tps / tps[-1]
+    prec_c, rec_c = np.r_[prec[::-1], 1.0], np.r_[rec[::-1], 0.0]
+    ap = float(max(0.0, -np.sum(np.diff(rec_c) * prec_c[:-1])))
+    return ap, float(abs(np.trapezoid(prec_c, rec_c)))
+
+
+def _bits(*values) -> bytes:
+    return b"".join(np.asarray(v, np.float64).tobytes() for v in values)
+
+
+def _random_scores(rng, i: int):
+    n = int(rng.integers(1, 500))
+    p = [rng.integers(0, 11, n) / 10, rng.random(n), np.round(rng.random(n), 2).astype(np.float32),
+         np.full(n, 0.5)][i % 4]
+    y = rng.random(n) < (0.3 if i % 4 == 3 else p)
+    if i % 13 == 0:
+        y[:] = False
+    return p, y
+
+
+def test_average_precision_is_bit_identical_to_the_formula_it_replaced():
+    rng = rng_for("test", "one-ap", "pixels")
+    for i in range(400):
+        p, y = _random_scores(rng, i)
+        prec, rec = _old_pr_curve(p, y)
+        assert _bits(*M._pr_curve(p, y)) == _bits(prec, rec)
+        assert _bits(M.average_precision(p, y)) == _bits(max(0.0, -np.sum(np.diff(rec) * prec[:-1])))
+        assert _bits(M.auc_pr_trapezoid(p, y)) == _bits(abs(np.trapezoid(prec, rec)))
+
+
+def test_weighted_pr_areas_is_bit_identical_to_the_formula_it_replaced_and_to_the_pixel_path():
+    rng = rng_for("test", "one-ap", "tables")
+    for i in range(400):
+        units = int(rng.integers(1, 6))
+        pos = rng.integers(0, 6, (units, int(rng.integers(1, 80)))).astype(np.float64)
+        neg = rng.integers(0, 6, pos.shape).astype(np.float64)
+        pos[:, rng.random(pos.shape[1]) < 0.2] = 0  # scores of zero weight, skipped
+        neg[:, 0] += 1
+        if i % 11 == 0:
+            pos[:] = 0
+        w = rng.integers(0, 4, units).astype(np.float64) if i % 2 else np.ones(units)  # a bootstrap resample
+        if not (w @ (pos + neg)).any():
+            w[:] = 1
+        wp, wn = w @ pos, w @ neg
+        assert _bits(*M.weighted_pr_areas(wp, wn)) == _bits(*_old_weighted_pr_areas(wp, wn))
+        # the same samples as pixels (score k repeated by its weights): the same bits
+        scores = np.arange(len(wp), 0, -1) / len(wp)
+        s = np.r_[np.repeat(scores, wp.astype(int)), np.repeat(scores, wn.astype(int))]
+        t = np.r_[np.ones(int(wp.sum())), np.zeros(int(wn.sum()))]
+        assert _bits(*M.weighted_pr_areas(wp, wn)) == _bits(M.average_precision(s, t), M.auc_pr_trapezoid(s, t))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
+from aegisbench.builders.sources import materialize_source
 from aegisbench.builders.manifest import verify_repo
 from aegisbench.params import Params
 

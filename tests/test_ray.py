@@ -132,7 +132,7 @@ def weights(tiny):
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
     import_ultralytics()
     from ultralytics import YOLO
-    YOLO(str(ROOT / "benchmark" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
+    YOLO(str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
     return root / "tiny.pt"
 
 

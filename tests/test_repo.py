@@ -189,22 +189,3 @@ def test_killed_build_leaves_nothing_visible_and_rerun_completes(tmp_path):
     assert rc.returncode == 0, rc.stderr
     assert verify_repo(tmp_path / "repo").ok
     assert load_manifest(tmp_path / "repo")["configs"]["clean"]["splits"]["demo"]["rows"] == 90
-
-
-def test_build_code_is_what_dvc_and_the_source_hash_cover():
-    """One list decides both: dvc.yaml's build deps and the manifest's builder hash."""
-    import yaml
-
-    from aegisbench.builders.build import BUILD_CODE
-
-    root = Path(__file__).resolve().parents[1]
-    deps = yaml.safe_load((root / "dvc.yaml").read_text())["stages"]["build"]["deps"]
-    assert deps == ["data/sources", *BUILD_CODE]
-    assert all((root / rel).is_file() for rel in BUILD_CODE)
-    assert len(set(BUILD_CODE)) == len(BUILD_CODE)
-    # every byte-deciding corruption / fire-spread model module is covered
-    for rel in ("benchmark/corruptions/storm.py", "benchmark/firespread/model.py", "builders/hfrepo.py"):
-        assert rel in BUILD_CODE
-    for rel in ("benchmark/firespread/scoring.py", "benchmark/corruptions/preview.py",
-                "builders/commands.py", "benchmark/evaluation/evaluator.py"):
-        assert rel not in BUILD_CODE

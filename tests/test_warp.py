@@ -19,7 +19,7 @@ def image() -> np.ndarray:
 
 def test_warp_noise_follows_the_formula(image):
     a = 0.2
-    out = C.warp_noise(image, rng_for("n", a), a)
+    out = C.warp_noise(image, rng_for("n", a), a=a)
     x = image.astype(np.float64)
     sigma = x.std()
     r = rng_for("n", a).standard_normal(image.shape, dtype=np.float32)
@@ -32,21 +32,21 @@ def test_warp_noise_follows_the_formula(image):
 
 
 def test_warp_noise_levels_and_determinism(image):
-    np.testing.assert_array_equal(C.warp_noise(image, rng_for("z"), 0.0), image)
-    a = C.warp_noise(image, rng_for("k"), 0.3)
-    b = C.warp_noise(image, rng_for("k"), 0.3)
-    c = C.warp_noise(image, rng_for("k2"), 0.3)
+    np.testing.assert_array_equal(C.warp_noise(image, rng_for("z"), a=0.0), image)
+    a = C.warp_noise(image, rng_for("k"), a=0.3)
+    b = C.warp_noise(image, rng_for("k"), a=0.3)
+    c = C.warp_noise(image, rng_for("k2"), a=0.3)
     assert a.tobytes() == b.tobytes() != c.tobytes()
     assert a.shape == image.shape and a.dtype == np.uint8
     # the perturbation is contextual: sigma comes from the image itself
     flat = np.full((64, 64, 3), 100, np.uint8)
-    np.testing.assert_array_equal(C.warp_noise(flat, rng_for("f"), 0.4), np.full_like(flat, 60))
+    np.testing.assert_array_equal(C.warp_noise(flat, rng_for("f"), a=0.4), np.full_like(flat, 60))
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, "0.2", True])
 def test_warp_noise_rejects_bad_levels(bad, image):
     with pytest.raises(BadInput, match="noise level"):
-        C.warp_noise(image, rng_for("x"), bad)
+        C.warp_noise(image, rng_for("x"), a=bad)
 
 
 def test_warp_level_names_round_trip():

@@ -18,7 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from aegisbench.builders.build import build_repo, materialize_source
+from aegisbench.builders.build import build_repo
+from aegisbench.builders.sources import materialize_source
 from aegisbench.builders.source_table import decode_image
 from aegisbench.detectors.interface import (WARP_INPUT, Detector, DetectorOptions, InputNoise, add_input_noise,
                                             load_detector, warp_input_noise)
@@ -34,7 +35,7 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 A = 0.2
 WARP = "warp_noise_200"
-TINY_YOLO = str(ROOT / "benchmark" / "detectors" / "aegis_yolo_tiny.yaml")
+TINY_YOLO = str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,369 @@
+"""Source adapters: a VOC / YOLO / COCO / VisDrone folder -> canonical :class:`SourceRecord` s.
+
+One :class:`SourceSpec` describes a source folder; :func:`stream_source` yields its
+records one image at a time (test split first, then val, then train) and
+:func:`load_source` collects them with a :class:`LoadReport`. On the way:
+
+* every annotation is parsed before any image is decoded, and each class goes through
+  the explicit ``class_map`` to the track's single ``target_label`` (or is dropped);
+* images are decoded once with OpenCV (EXIF orientation ignored, so pixels match the
+  annotation frame) and stored as lossless PNG; ``sha256`` is of the decoded pixels;
+* boxes become float32 xyxy in full-frame pixels; a box past the frame by more than
+  0.5 px or with zero area is a :class:`BadInput` naming the annotation file and the
+  object/line, never silently clipped (overshoot within 0.5 px is clipped to the edge);
+* splits are the dataset's own folders (``split_mode="folders"``) or whole groups by
+  SHA-256 (``"hash"``, :func:`~aegisbench.builders.splits.assign_split`);
+* a train/val image whose pHash is within ``phash_max_distance`` bits of a test image
+  is excluded from train/val and reported (the test split is never changed).
+
+>>> import cv2, numpy as np, tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> (d / "images" / "test").mkdir(parents=True); (d / "labels" / "test").mkdir(parents=True)
+>>> _ = cv2.imwrite(str(d / "images/test/a.png"), np.full((40, 80, 3), 90, np.uint8))
+>>> _ = (d / "labels/test/a.txt").write_text("0 0.5 0.5 0.25 0.5\\n")
+>>> spec = SourceSpec("demo", "yolo", d, {"0": "person"}, "person", split_mode="folders")
+>>> load = load_source(spec)
+>>> [(r.image_id, r.split, r.boxes.tolist()) for r in load.records]
+[('a', 'test', [[30.0, 10.0, 50.0, 30.0]])]
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from aegisbench.builders import adapters_coco as coco
+from aegisbench.builders import adapters_formats as fmt
+from aegisbench.builders.source_table import SourceRecord, encode_png
+from aegisbench.builders.splits import (SPLIT_NAMES, assign_split, hash_array, nearest, phash,
+                                        validate_fractions)
+from aegisbench.errors import BadInput
+from aegisbench.hashing import pixel_sha256
+from aegisbench.vocab import SOURCE_FORMATS
+
+log = logging.getLogger(__name__)
+
+#: Every source format: its reader ``(folder, class mapper, spec) -> ParseResult``. Adding a
+#: format is one reader here plus its name in ``vocab.SOURCE_FORMATS`` (params, CLI read that).
+READERS = {
+    "voc": lambda path, mapper, spec: fmt.read_voc(path, mapper, one_based=spec.voc_one_based),
+    "yolo": lambda path, mapper, spec: fmt.read_yolo(path, mapper),
+    "coco": lambda path, mapper, spec: coco.read_coco(path, mapper),
+    "visdrone": lambda path, mapper, spec: coco.read_visdrone(path, mapper),
+}
+FORMATS = SOURCE_FORMATS
+if tuple(READERS) != FORMATS:  # pragma: no cover - a programming error caught at import
+    raise RuntimeError(f"READERS {tuple(READERS)} must cover exactly vocab.SOURCE_FORMATS {FORMATS}")
+SPLIT_MODES = ("folders", "hash")
+BOX_TOLERANCE_PX = 0.5
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+_ORDER = {"test": 0, "val": 1, "train": 2}  # test first: its hashes are needed for dedup
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where a source is, how to read it and how to split it.
+
+    ``class_map`` maps each class name (or id, as a string) of the dataset to
+    ``target_label`` or to None (drop); a class missing from it is an error.
+    ``group_pattern`` is searched in the image id (relative path without extension and
+    without split/layout folders; the file stem for flat layouts); its first group is
+    the group id, an optional second all-digit group the frame index. Without a
+    pattern every image is its own group (frame index -1).
+    """
+
+    name: str
+    format: str
+    path: Path
+    class_map: Mapping[str, str | None] = field(hash=False)
+    target_label: str
+    split_mode: str = "hash"
+    fractions: tuple[float, float, float] = (0.7, 0.15, 0.15)
+    group_pattern: str | None = None
+    phash_max_distance: int | None = 6
+    split_key: str | None = None  # salt of the split hash; defaults to ``name``
+    voc_one_based: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise ValueError(f"name must be snake_case, got {self.name!r}")
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown format {self.format!r}; expected one of {FORMATS}")
+        if self.split_mode not in SPLIT_MODES:
+            raise ValueError(f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
+        if not isinstance(self.path, (str, Path)):
+            raise TypeError("path must be a str or Path")
+        object.__setattr__(self, "path", Path(self.path))
+        if not isinstance(self.target_label, str) or not self.target_label:
+            raise ValueError("target_label must be a non-empty string")
+        if not isinstance(self.class_map, Mapping) or not self.class_map:
+            raise TypeError("class_map must be a non-empty mapping")
+        cmap = {}
+        for k, v in self.class_map.items():
+            if isinstance(k, bool) or not isinstance(k, (str, int)):
+                raise TypeError(f"class_map key {k!r} must be a class name or id")
+            if v is not None and v != self.target_label:
+                raise ValueError(f"class_map[{k!r}] = {v!r}: values must be "
+                                 f"{self.target_label!r} or None")
+            cmap[str(k)] = v
+        object.__setattr__(self, "class_map", cmap)
+        object.__setattr__(self, "fractions", validate_fractions(self.fractions))
+        if self.group_pattern is not None:
+            try:
+                rx = re.compile(self.group_pattern)
+            except (re.error, TypeError) as exc:
+                raise ValueError(f"group_pattern is not a valid regex: {exc}") from None
+            if rx.groups < 1:
+                raise ValueError("group_pattern needs a capturing group (the group id)")
+        d = self.phash_max_distance
+        if d is not None and (isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 64):
+            raise ValueError(f"phash_max_distance must be None or an int in [0, 64], got {d!r}")
+        if self.split_key is not None and not isinstance(self.split_key, str):
+            raise TypeError("split_key must be a string")
+
+    @classmethod
+    def from_options(cls, name: str, format: str, options: Mapping) -> "SourceSpec":
+        """Build from a ``params.yaml`` source entry; any problem is a BadInput."""
+        where = f"params.yaml: sources.{name}"
+        try:
+            opts = dict(options)
+            if "fractions" in opts:
+                opts["fractions"] = tuple(opts["fractions"])
+            return cls(name=name, format=format, **opts)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(str(exc), where=where) from None
+
+    @property
+    def key(self) -> str:
+        return self.split_key if self.split_key is not None else self.name
+
+
+@dataclass(frozen=True)
+class NearDuplicate:
+    """A train/val image excluded because it nearly duplicates a test image."""
+
+    image_id: str
+    split: str
+    test_id: str
+    distance: int
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    source: str
+    split_counts: dict  # split -> images kept
+    box_counts: dict  # split -> boxes kept
+    negative_counts: dict  # split -> kept images without boxes
+    dropped_annotations: dict  # original class -> boxes whose class maps to None
+    ignored_regions: int  # VisDrone category 0 / score 0, COCO iscrowd (kept classes)
+    excluded: tuple[NearDuplicate, ...]
+    straddling_groups: tuple[str, ...]  # folders mode: groups found in several splits
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["excluded"] = [asdict(e) for e in self.excluded]
+        d["straddling_groups"] = list(self.straddling_groups)
+        return d
+
+
+@dataclass(frozen=True)
+class SourceLoad:
+    records: tuple[SourceRecord, ...]
+    report: LoadReport
+
+
+@dataclass(frozen=True)
+class _Planned:
+    raw: fmt.RawImage
+    split: str
+    group_id: str
+    frame_index: int
+
+
+def _parse(spec: SourceSpec) -> fmt.ParseResult:
+    if not spec.path.is_dir():
+        raise BadInput("source folder not found", where=str(spec.path))
+    return READERS[spec.format](spec.path, fmt.make_mapper(spec.class_map), spec)
+
+
+def _plan(spec: SourceSpec, images: list[fmt.RawImage]) -> tuple[list[_Planned], tuple[str, ...]]:
+    seen: dict[str, Path] = {}
+    for r in images:
+        if r.image_id in seen:
+            raise BadInput(f"image id {r.image_id!r} also used by {seen[r.image_id]}",
+                           where=str(r.image_path))
+        seen[r.image_id] = r.image_path
+    rx = re.compile(spec.group_pattern) if spec.group_pattern else None
+    groups: dict[str, str] = {}
+    frames: dict[str, int] = {}
+    for r in images:
+        if rx is None:
+            groups[r.image_id], frames[r.image_id] = r.image_id, -1
+            continue
+        m = rx.search(r.image_id)
+        if m is None or not m.group(1):
+            raise BadInput(f"group_pattern {spec.group_pattern!r} does not match image id "
+                           f"{r.image_id!r}", where=str(r.image_path))
+        groups[r.image_id] = m.group(1)
+        if rx.groups >= 2 and m.group(2) is not None:
+            if not m.group(2).isdigit():
+                raise BadInput(f"frame number {m.group(2)!r} is not an integer",
+                               where=str(r.image_path))
+            frames[r.image_id] = int(m.group(2))
+    if rx is not None:  # frames without a number: rank within the group by image id
+        by_group = defaultdict(list)
+        for r in images:
+            if r.image_id not in frames:
+                by_group[groups[r.image_id]].append(r.image_id)
+        for ids in by_group.values():
+            frames.update({iid: i for i, iid in enumerate(sorted(ids))})
+    plan = []
+    for r in images:
+        g = groups[r.image_id]
+        if spec.split_mode == "hash":
+            split = assign_split(g, spec.fractions, spec.key)
+        elif r.folder_split is None:
+            raise BadInput("image is not inside a train/val/test folder (split_mode='folders')",
+                           where=str(r.image_path))
+        else:
+            split = r.folder_split
+        plan.append(_Planned(r, split, g, frames[r.image_id]))
+    splits_of = defaultdict(set)
+    for p in plan:
+        splits_of[p.group_id].add(p.split)
+    straddling = tuple(sorted(g for g, s in splits_of.items() if len(s) > 1))
+    if straddling:
+        log.warning("%s: %d groups straddle the dataset's own splits", spec.name, len(straddling))
+    present = {p.split for p in plan}
+    for split, frac in zip(SPLIT_NAMES, spec.fractions):
+        if spec.split_mode == "hash" and frac > 0 and split not in present:
+            log.warning("%s: no group fell into %s (%d groups)", spec.name, split, len(splits_of))
+    plan.sort(key=lambda p: (_ORDER[p.split], p.raw.image_id))
+    return plan, straddling
+
+
+def read_image(path: Path) -> np.ndarray:
+    """Decode an image file to RGB uint8 (EXIF orientation ignored); BadInput if corrupt."""
+    data = path.read_bytes()
+    if data[:2] == b"\xff\xd8":  # JPEG: libjpeg decodes a truncated file with a warning only
+        sos = data.rfind(b"\xff\xda")
+        if sos < 0 or data.find(b"\xff\xd9", sos) < 0:
+            raise BadInput("truncated JPEG (no end-of-image marker)", where=str(path))
+    img = cv2.imdecode(np.frombuffer(data, np.uint8),
+                       cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION) if data else None
+    if img is None:
+        raise BadInput("cannot decode image (corrupt or unsupported file)", where=str(path))
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def pixel_boxes(raw: fmt.RawImage, width: int, height: int) -> np.ndarray:
+    """Boxes of ``raw`` in pixels (float32), checked against a ``width`` x ``height`` frame."""
+    where = str(raw.ann_path or raw.image_path)
+    if raw.expected_size is not None and raw.expected_size != (width, height):
+        raise BadInput(f"annotation says {raw.expected_size[0]}x{raw.expected_size[1]} but "
+                       f"{raw.image_path.name} is {width}x{height}", where=where)
+    b = raw.boxes * np.array([width, height, width, height]) if raw.normalized else raw.boxes
+    t = BOX_TOLERANCE_PX
+    for (x1, y1, x2, y2), ref in zip(b.tolist(), raw.refs):
+        if x1 < -t or y1 < -t or x2 > width + t or y2 > height + t:
+            raise BadInput(f"{ref}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the "
+                           f"{width}x{height} image (tolerance {t} px)", where=where)
+    b = np.clip(b, 0, [width, height, width, height]).astype(np.float32).reshape(-1, 4)
+    fmt.check_area(b, raw.refs, where)
+    return b
+
+
+class SourceStream:
+    """Single-pass iterator of a source's records; ``report`` once it is exhausted.
+
+    Annotations are parsed (and class-mapped, area-checked) when the stream is made,
+    so annotation errors surface before any image is decoded.
+    """
+
+    def __init__(self, spec: SourceSpec):
+        self.spec = spec
+        parsed = _parse(spec)
+        self._dropped, self._ignored = dict(parsed.dropped), parsed.ignored
+        for r in parsed.images:  # sizes declared by VOC/COCO: check geometry early
+            if r.expected_size is not None:
+                pixel_boxes(r, *r.expected_size)
+        self._plan, self._straddling = _plan(spec, parsed.images)
+        self._report: LoadReport | None = None
+        self._started = False
+
+    def __len__(self) -> int:
+        """Images planned (before near-duplicate exclusion)."""
+        return len(self._plan)
+
+    def __iter__(self) -> Iterator[SourceRecord]:
+        if self._started:
+            raise RuntimeError("a SourceStream can be iterated only once")
+        self._started = True
+        return self._run()
+
+    def _run(self) -> Iterator[SourceRecord]:
+        spec, dmax = self.spec, self.spec.phash_max_distance
+        counts, boxes, negs = Counter(), Counter(), Counter()
+        test_ids: list[str] = []
+        test_hashes: list[int] = []
+        test_arr = None
+        excluded: list[NearDuplicate] = []
+        for p in self._plan:
+            img = read_image(p.raw.image_path)
+            h, w = img.shape[:2]
+            b = pixel_boxes(p.raw, w, h)
+            if dmax is not None:
+                ph = phash(img)
+                if p.split == "test":
+                    test_ids.append(p.raw.image_id)
+                    test_hashes.append(ph)
+                elif test_ids:
+                    if test_arr is None:
+                        test_arr = hash_array(test_hashes)
+                    idx, dist = nearest(test_arr, hash_array([ph]))
+                    if dist[0] <= dmax:
+                        excluded.append(NearDuplicate(p.raw.image_id, p.split,
+                                                      test_ids[int(idx[0])], int(dist[0])))
+                        continue
+            counts[p.split] += 1
+            boxes[p.split] += len(b)
+            negs[p.split] += len(b) == 0
+            yield SourceRecord(image_id=p.raw.image_id, split=p.split, source=spec.name,
+                               png=encode_png(img), width=int(w), height=int(h), boxes=b,
+                               labels=(spec.target_label,) * len(b), sha256=pixel_sha256(img),
+                               group_id=p.group_id, frame_index=p.frame_index)
+        if excluded:
+            log.info("%s: excluded %d near-duplicates of test images", spec.name, len(excluded))
+        self._report = LoadReport(
+            source=spec.name, split_counts={s: counts[s] for s in SPLIT_NAMES},
+            box_counts={s: boxes[s] for s in SPLIT_NAMES},
+            negative_counts={s: negs[s] for s in SPLIT_NAMES},
+            dropped_annotations=dict(sorted(self._dropped.items())),
+            ignored_regions=self._ignored,
+            excluded=tuple(sorted(excluded, key=lambda e: e.image_id)),
+            straddling_groups=self._straddling)
+
+    @property
+    def report(self) -> LoadReport:
+        if self._report is None:
+            raise RuntimeError("report is available once the stream has been consumed")
+        return self._report
+
+
+def stream_source(spec: SourceSpec) -> SourceStream:
+    """Records one image at a time (bounded memory): ``for rec in stream: ...`` then ``.report``."""
+    return SourceStream(spec)
+
+
+def load_source(spec: SourceSpec) -> SourceLoad:
+    """All records of a source in memory plus the report (fixture-sized sources)."""
+    stream = SourceStream(spec)
+    records = tuple(stream)
+    return SourceLoad(records=records, report=stream.report)

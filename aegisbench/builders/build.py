@@ -1,0 +1,186 @@
+"""Build orchestration: canonical source tables -> dataset repo (the ``build`` stage).
+
+``build_repo`` turns the source tables that :mod:`aegisbench.builders.sources` wrote into
+the HF dataset repo: it plans shard tasks, runs them (skipping shards an interrupted run
+already finished), then writes the card and manifest and swaps the completed staging
+folder into place. Nothing partial is ever visible at the output path.
+
+The code that decides the bytes of a build is the import closure of this module
+(:func:`build_code`); the manifest's ``builder_source_hash`` hashes exactly those files and
+dvc.yaml's ``build`` stage depends on exactly those (``scripts/dvc_deps.py`` writes them,
+tests check). The source generators and format adapters are not in it: they decide the
+source tables, a dependency of their own.
+
+>>> "aegisbench/builders/hfrepo.py" in build_code(), "aegisbench/builders/sources.py" in build_code()
+(True, False)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from importlib.metadata import version as pkg_version
+from pathlib import Path
+
+from tqdm import tqdm
+
+import aegisbench
+from aegisbench.atomic import atomic_write_text, drop_partial_writes, replace_dir
+from aegisbench.errors import BadInput
+from aegisbench.executor import Executor, map_tasks
+from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.importgraph import closure_files
+from aegisbench.params import Params
+from aegisbench.builders.card import render_card
+from aegisbench.builders.conditions import ConfigSpec, config_specs
+from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
+                                            firespread_metas, firespread_tasks)
+from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
+from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
+from aegisbench.builders.source_table import split_counts
+
+log = logging.getLogger(__name__)
+
+PACKAGE_ROOT = Path(aegisbench.__file__).resolve().parent
+#: The module whose import closure decides the bytes of a build from its source tables.
+BUILD_ENTRY = "aegisbench.builders.build"
+
+
+def build_code(package_dir: str | Path = PACKAGE_ROOT) -> tuple[str, ...]:
+    """The code that decides the bytes of a build, as sorted paths relative to the project
+    root: the import closure of :data:`BUILD_ENTRY` (see :mod:`aegisbench.importgraph`) in
+    the package at ``package_dir`` (default: this one)."""
+    return tuple(closure_files(BUILD_ENTRY, package_dir=package_dir))
+
+
+def builder_source_hash(package_dir: str | Path = PACKAGE_ROOT) -> str:
+    """Hash of the code that decides the bytes of a build (:func:`build_code`)."""
+    root = Path(package_dir).resolve().parent
+    h = hashlib.sha256()
+    for rel in build_code(package_dir):
+        h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list:
+    """Every shard of the build: image shards (source x config x index), then the
+    fire-spread ensemble blocks when ``params.yaml`` has a ``firespread:`` section."""
+    tasks: list = []
+    rps = params.build.rows_per_shard
+    for src in params.sources:
+        table = sources_dir / f"{src.name}.parquet"
+        if not table.exists():
+            raise BadInput("source table missing; run `aegisbench sources` first", where=str(table))
+        counts = split_counts(table)
+        for spec in specs:
+            if src.track not in spec.tracks:
+                continue
+            roles = ([("val", f"{src.name}_val")] if spec.include_val else []) + [("test", src.name)]
+            for role, split in roles:
+                n = counts.get(role, 0)
+                n_shards = max(1, -(-n // rps)) if n else 0
+                for i in range(n_shards):
+                    tasks.append(ShardTask(spec.name, split, src.name, role, str(table),
+                                           i * rps, min(n, (i + 1) * rps), i, n_shards))
+    if params.firespread is not None:
+        tasks += firespread_tasks(params.firespread, params.benchmark_version)
+    return tasks
+
+
+def staging_dir(out: Path, params: Params, tasks: list[ShardTask], src_hash: str) -> Path:
+    """Hidden sibling of ``out`` keyed by everything that decides the bytes, so a rerun
+    of the same build resumes there and a different build never reuses its shards."""
+    tables = sorted({t.source_table for t in tasks if isinstance(t, ShardTask)})
+    key = json_sha256({"params": params.digest(), "code": src_hash,
+                       "tables": {Path(t).name: file_sha256(t) for t in tables}})
+    return out.parent / f".{out.name}.staging-{key[:16]}"
+
+
+def _run_task(args) -> ShardEntry:
+    task, root, transform = args
+    done = finished_entry(task, root)
+    if done is not None:
+        return done
+    if isinstance(task, FirespreadTask):
+        return task.run(root)
+    return write_shard(task, root, transform)
+
+
+def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,
+               workers: int | None = None, progress: bool = True, executor: Executor | None = None) -> dict:
+    """Build the dataset repo and return its manifest. Shards run on ``executor``
+    (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
+    depend on which executor or how many workers ran them."""
+    out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
+    sources_dir = Path(sources_dir or params.sources_dir).absolute()
+    specs = config_specs(params)
+    tasks = plan_tasks(params, sources_dir, specs)
+    src_hash = builder_source_hash()
+    staging = staging_dir(out, params, tasks, src_hash)
+    for stale in out.parent.glob(f".{out.name}.staging-*"):
+        if stale != staging:
+            shutil.rmtree(stale, ignore_errors=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    drop_partial_writes(staging)  # half-written files of a killed run
+    by_name = {s.name: s for s in specs}
+    transforms = {s.name: s.transform(params) for s in specs}
+    jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
+    executor = executor or Executor("local", workers or params.build.workers)
+    bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
+    entries = []
+    for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
+        entries.append(e)
+        bar.update()
+    bar.close()
+    drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
+    metas = {s.name: s.meta for s in specs}
+    descriptions = {s.name: s.description for s in by_name.values()}
+    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
+                "citation": s.citation, "description": s.description} for s in params.sources]
+    if params.firespread is not None:
+        metas.update(firespread_metas(params.firespread))
+        descriptions.update(config_descriptions(params.firespread))
+        sources.append(FIRESPREAD_SOURCE)
+    manifest = assemble_manifest(params, tasks, entries, src_hash, metas)
+    shutil.rmtree(staging / ".shards", ignore_errors=True)
+    card = render_card(manifest, descriptions, sources)
+    atomic_write_text(staging / "README.md", card)
+    manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
+                                      "bytes": (staging / "README.md").stat().st_size}
+    atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    report = verify_repo(staging)
+    if not report.ok:  # pragma: no cover - would be a bug in the writer
+        raise RuntimeError("freshly built repo fails verify: " + "; ".join(report.lines()))
+    replace_dir(staging, out)
+    log.info("built %s: %d configs, %d shards, digest %s", out, len(manifest["configs"]),
+             len(tasks), manifest["dataset_digest"])
+    return manifest
+
+
+def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
+                      src_hash: str, metas: dict[str, dict]) -> dict:
+    configs: dict = {}
+    files: dict = {}
+    for task, e in zip(tasks, entries):
+        split = configs.setdefault(task.config, {"splits": {}, "meta": metas[task.config]})["splits"].setdefault(
+            task.split, {"rows": 0, "source": task.source, "role": task.source_split, "shards": []})
+        split["rows"] += e.rows
+        split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
+                                "content_sha256": e.content_sha256, "images": e.images})
+        files[e.path] = {"sha256": e.sha256, "bytes": e.bytes}
+    return {
+        "format": MANIFEST_FORMAT,
+        "benchmark_version": params.benchmark_version,
+        "dataset_digest": dataset_digest(params.benchmark_version, configs),
+        "package_version": aegisbench.__version__,
+        "builder_source_hash": src_hash,
+        "params_sha256": params.digest(),
+        "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
+        "sources": {**{s.name: {"track": s.track, "kind": s.kind} for s in params.sources},
+                    **({FIRESPREAD_SOURCE["name"]: {"track": "firespread", "kind": FIRESPREAD_SOURCE["kind"]}}
+                       if params.firespread is not None else {})},
+        "configs": configs,
+        "files": files,
+    }

@@ -1,0 +1,140 @@
+"""The dataset card (``README.md``) of a built repo: YAML that declares every config
+(``configs:`` with ``data_files``, ``dataset_info`` with features and split sizes),
+plus a human description of every config, the sources, their licences and citations.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import yaml
+
+from aegisbench.builders.hfrepo import FEATURES
+from aegisbench.vocab import COMPOUND, CORRUPTION, WARP_NOISE, parse_corruption_config
+
+CITATION = """@software{aegisbench,
+  title  = {AegisBench: per-condition robustness benchmark for disaster-response perception},
+  author = {{AegisBench developers}},
+  year   = {2026},
+  note   = {Benchmark version %s, dataset digest %s}
+}"""
+
+
+def features_of(config: str):
+    """The declared features of one config (image rows, or fire-spread rows by kind)."""
+    from aegisbench.builders.firespread import FIRESPREAD_FEATURES, config_kind, is_firespread_config
+    return FIRESPREAD_FEATURES[config_kind(config)] if is_firespread_config(config) else FEATURES
+
+
+def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict]) -> str:
+    configs = manifest["configs"]
+    licenses = sorted({s["license"] for s in sources}) or ["unknown"]
+    front: dict = {
+        "pretty_name": "AegisBench",
+        "license": licenses[0] if len(licenses) == 1 else "other",
+        "task_categories": ["object-detection"] + (["time-series-forecasting"] if any(
+            s["track"] == "firespread" for s in sources) else []),
+        "tags": ["robustness", "disaster-response", "search-and-rescue", "wildfire", "benchmark"],
+        "configs": [],
+        "dataset_info": [],
+    }
+    if len(licenses) > 1:
+        front["license_name"] = "mixed: " + ", ".join(licenses)
+    for name in sorted(configs, key=lambda c: (c != "clean", c)):
+        splits = configs[name]["splits"]
+        entry = {"config_name": name,
+                 "data_files": [{"split": s, "path": f"{name}/{s}-*.parquet"} for s in sorted(splits)]}
+        if name == "clean":
+            entry["default"] = True
+        front["configs"].append(entry)
+        front["dataset_info"].append({
+            "config_name": name, "features": features_of(name)._to_yaml_list(),
+            "splits": [{"name": s, "num_examples": splits[s]["rows"],
+                        "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
+                       for s in sorted(splits)],
+        })
+    head = yaml.safe_dump(front, sort_keys=False, width=100)
+    version, digest = manifest["benchmark_version"], manifest["dataset_digest"]
+    lines = [
+        "---", head.rstrip(), "---", "",
+        "# AegisBench", "",
+        "Per-condition robustness benchmark for disaster-response perception: aerial person "
+        "detection (search and rescue) and wildfire smoke detection under physically motivated "
+        "corruptions, each condition its own config. Boxes are `objects.bbox` in full-frame "
+        "pixels as `[x1, y1, x2, y2]`; corruptions are appearance-only, so boxes equal the clean ones.",
+        "",
+        f"- benchmark version: `{version}`",
+        f"- dataset digest: `{digest}` (content hash; `aegisbench verify` re-checks every file)",
+        "",
+        "```python", "import datasets",
+        f"ds = datasets.load_dataset(\"data/aegisbench\", \"{next(iter(sorted(configs)))}\")", "```",
+        "", "## Configs", "", "| config | splits | rows | description |", "| --- | --- | --- | --- |",
+    ]
+    for name in sorted(configs, key=lambda c: (c != "clean", c)):
+        splits = configs[name]["splits"]
+        rows = sum(s["rows"] for s in splits.values())
+        lines.append(f"| `{name}` | {', '.join(f'`{s}`' for s in sorted(splits))} | {rows} | "
+                     f"{descriptions.get(name, '')} |")
+    lines += ["", "Splits are named after the source dataset; `<source>_val` is clean validation "
+              "(used once to freeze a detector's threshold), `<source>` is the test split.", "",
+              *condition_notes(manifest), *warp_notes(manifest),
+              "## Sources", "", "| source | track | kind | license | description |",
+              "| --- | --- | --- | --- | --- |"]
+    for s in sources:
+        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s['license']} | {s['description']} |")
+    cites = [s["citation"].strip() for s in sources if s.get("citation")]
+    lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", ""]
+    return "\n".join(lines)
+
+
+def condition_notes(manifest: dict) -> list[str]:
+    """"Conditions" section: each corruption's model (its docstring) and ladder targets."""
+    from aegisbench.corruptions import get_spec
+
+    used = sorted({c for cfg in manifest["configs"].values() for c in _corruptions_of(cfg.get("meta", {}))})
+    if not used:
+        return []
+    out = ["## Conditions", "",
+           "Each corruption is one physical model; its three severities hit declared targets "
+           "of one image statistic on the calibration sample (`aegisbench calibrate`).", ""]
+    for name in used:
+        spec = get_spec(name)
+        doc = inspect.getdoc(spec.fn) or ""
+        body = " ".join(line.strip() for line in doc.splitlines()[1:] if line.strip())
+        targets = " / ".join(f"{t:g}" for t in spec.targets)
+        text = " ".join(x for x in (spec.summary, body) if x)
+        out.append(f"- `{name}` ({spec.family}): {text} Ladder: `{spec.statistic}` "
+                   f"targets {targets} (s1 / s2 / s3), parameter `{spec.fit_param}`.")
+    return [*out, ""]
+
+
+def _corruptions_of(meta: dict) -> list[str]:
+    if meta.get("kind") == CORRUPTION:
+        return [meta["corruption"]]
+    if meta.get("kind") == COMPOUND:
+        return [parse_corruption_config(c)[0] for c in meta.get("components", [])]
+    return []
+
+
+WARP_NOTE = (
+    "## WARP (seed 000)", "",
+    "- Global noise `x' = (1 - a) x + a sigma r`, `r ~ N(0, 1)`, as seed 000 defines it: on "
+    "the tensor the model sees. Wrapped detectors (`aegisbench detect` on a `warp_noise_*` "
+    "config) read the clean frame and add the noise to their input tensor after "
+    "letterbox/resize, with sigma of that tensor. The stored `warp_noise_*` configs, for "
+    "prediction-file submitters, add it to the full stored frame (sigma of the frame), rounded "
+    "and clipped to 8 bits: a detector that then resizes the frame averages part of that noise "
+    "away (at an input size of 256 about 63 % of the seed's noise SD reaches the model), so "
+    "scores on the stored configs are not comparable with the seed's figures.",
+    "- Local deception: an opaque procedural cumulus cloud filling its 25 x 25 px patch "
+    "(25 px per 640 px of the longer side) is pasted at the centre of each cell of a 25 x 25 "
+    "grid (625 variants per smoke-positive clean test image, `aegisbench warp-detect`); a box "
+    "drawn tight around the visible cloud has IoU >= 0.8 with the patch box, so a detection of "
+    "the cloud counts as deceived.", "",
+)
+
+
+def warp_notes(manifest: dict) -> list[str]:
+    """"WARP" section when the repo has WARP noise levels."""
+    metas = [cfg.get("meta", {}) for cfg in manifest["configs"].values()]
+    return list(WARP_NOTE) if any(m.get("kind") == WARP_NOISE for m in metas) else []

@@ -1,0 +1,123 @@
+"""Which configs a build materializes, and the pixel transform of each.
+
+``clean`` always; then ``build.conditions`` from ``params.yaml`` (names such as
+``low_light_s3``, or ``all`` for the 27 single conditions), compound conditions
+(``low_light_s2+inundation_s2`` -> config ``low_light_s2__inundation_s2``) and WARP
+global-noise levels (``warp_noise_100`` for a = 0.1, smoke track only). Each config
+carries ``meta`` written to the manifest, so nothing downstream parses names.
+
+>>> from aegisbench.params import Params
+>>> p = Params.from_dict({"benchmark_version": "0.1.0", "sources": {},
+...                       "build": {"conditions": ["low_light_s3"], "warp_noise_levels": [0.1]}})
+>>> [(s.name, s.meta["kind"]) for s in config_specs(p)]
+[('clean', 'clean'), ('low_light_s3', 'corruption'), ('warp_noise_100', 'warp_noise')]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from aegisbench.errors import BadInput
+from aegisbench.params import Params
+from aegisbench.vocab import (CLEAN, COMPOUND, COMPOUND_FAMILY, CORRUPTION, DETECTION_TRACKS, SMOKE, WARP_FAMILY,
+                              WARP_NOISE, corruption_config)
+
+CLEAN_META = {"kind": CLEAN, "corruption": None, "family": None, "severity": 0,
+              "components": [], "warp_level": None}
+
+
+@dataclass(frozen=True)
+class ConfigSpec:
+    """One config of the repo. ``meta`` (kind, corruption, family, severity, components,
+    warp_level) is written to the manifest so evaluators never parse config names."""
+
+    name: str
+    description: str
+    include_val: bool = False
+    tracks: tuple[str, ...] = DETECTION_TRACKS
+    condition: str | None = None  # condition applied to pixels; None keeps the clean bytes
+    meta: dict = field(default_factory=lambda: dict(CLEAN_META), compare=False)
+
+    def transform(self, params: Params):
+        if self.condition is None:
+            return None
+        return ConditionTransform(self.condition, params.benchmark_version, params.build.geometry,
+                                  params.build.severity_table)
+
+
+@lru_cache(maxsize=4)
+def _table(path: str | None, version: str):
+    from aegisbench.corruptions import SeverityTable, load_table
+    return load_table(path, expected_version=version) if path else SeverityTable()
+
+
+class ConditionTransform:
+    """Picklable per-image transform applying one condition with its stable key."""
+
+    def __init__(self, condition: str, version: str, geometry: str, table: str | None = None):
+        self.condition, self.version, self.geometry, self.table = condition, version, geometry, table
+
+    def __call__(self, rec, image):
+        from aegisbench.corruptions import apply_condition  # WARP noise configs included
+        key = (self.version, rec.source, rec.image_id)
+        return apply_condition(self.condition, image, key=key, boxes=rec.boxes,
+                               geometry=self.geometry, table=_table(self.table, self.version))
+
+
+def _corruption_spec(condition: str, table) -> ConfigSpec:
+    from aegisbench.corruptions import get_spec, parse_condition, to_config_name
+    steps = parse_condition(condition)
+    if not steps:
+        raise BadInput("`clean` is always built; do not list it", where="params.yaml: build.conditions")
+    parts = [{"corruption": c, "family": get_spec(c).family, "severity": s} for c, s in steps]
+    if len(parts) == 1:
+        (p,) = parts
+        spec = get_spec(p["corruption"])
+        meta = {"kind": CORRUPTION, **p, "components": [condition], "warp_level": None}
+        values = dataclasses.asdict(table.params(p["corruption"], p["severity"]))
+        text = (f"`{p['corruption']}` ({p['family']}) at severity {p['severity']}: "
+                f"{(spec.summary or spec.statistic).rstrip('.')}; "
+                + ", ".join(f"{k} {v:g}" for k, v in values.items())
+                + ". Test splits only; boxes as in `clean`.")
+    else:
+        meta = {"kind": COMPOUND, "corruption": condition, "family": COMPOUND_FAMILY,
+                "severity": max(p["severity"] for p in parts),
+                "components": [corruption_config(p["corruption"], p["severity"]) for p in parts],
+                "warp_level": None}
+        text = ("Compound condition, applied left to right: "
+                + " then ".join(f"`{c}`" for c in meta["components"]) + ".")
+    return ConfigSpec(to_config_name(condition), text, condition=condition, meta=meta)
+
+
+def _warp_spec(level: float) -> ConfigSpec:
+    from aegisbench.corruptions import warp_level_name
+    name = warp_level_name(level)
+    meta = {"kind": WARP_NOISE, "corruption": WARP_NOISE, "family": WARP_FAMILY, "severity": 0,
+            "components": [], "warp_level": float(level)}
+    return ConfigSpec(name, f"WARP global noise x' = (1-a)x + a*sigma*N(0,1), a = {level:g}, "
+                      "on the stored full frame (sigma = the frame's standard deviation; rounded "
+                      "and clipped to 8 bits), for prediction-file submitters; wrapped detectors "
+                      "get the noise on their input tensor instead (see WARP below). Smoke track only.",
+                      tracks=(SMOKE,), condition=name, meta=meta)
+
+
+def config_specs(params: Params) -> list[ConfigSpec]:
+    """``clean`` plus every condition config the params ask for, in a stable order."""
+    specs = [ConfigSpec("clean", "Unmodified images: clean validation (`<source>_val`, used "
+                        "to freeze thresholds) and clean test (`<source>`).", include_val=True)]
+    b = params.build
+    conditions = list(b.conditions)
+    if "all" in conditions:
+        from aegisbench.corruptions import list_conditions
+        conditions = list_conditions() + [c for c in conditions if c != "all"]
+    table = _table(b.severity_table, params.benchmark_version)
+    for cond in dict.fromkeys([*conditions, *b.compound]):
+        specs.append(_corruption_spec(cond, table))
+    specs += [_warp_spec(a) for a in b.warp_noise_levels]
+    names = [s.name for s in specs]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise BadInput(f"config(s) listed twice: {dup}", where="params.yaml: build")
+    return specs

@@ -1,0 +1,172 @@
+"""CLI commands of the wrapped detectors: ``detect``, ``warp-detect``, ``train-reference``.
+
+Every check that can fail on user input (dataset verify, output folder, detector name,
+weights, device) runs before anything is written; a failure is one line on stderr
+and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from aegisbench.errors import BadInput
+from aegisbench.vocab import WARP_GRID
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("detect", help="run a wrapped detector over a dataset repo and write a submission")
+    _detector_args(p)
+    p.add_argument("--track", required=True, help="sar or smoke")
+    p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
+    p.add_argument("--name", help="submission name (default: the folder name)")
+    p.add_argument("--model", help="model description (default: detector and weights file)")
+    p.add_argument("--team", default="AegisBench")
+    p.add_argument("--contact", default="n/a")
+    p.add_argument("--license", default="MIT")
+    p.add_argument("--description", default="Predictions written by aegisbench detect.")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
+    p.add_argument("--executor", help="local (default: this process, or --workers processes) or ray "
+                   "(Ray Data actors, one per GPU of the cluster)")
+    p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
+                   "this process); the CPUs of a local Ray started for --executor ray")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    p.set_defaults(func=cmd_detect)
+
+    p = sub.add_parser("warp-detect", help="WARP cloud-patch deception test: add warp_patch.parquet to a "
+                       "smoke submission")
+    _detector_args(p)
+    p.add_argument("--out", required=True, help="existing smoke submission folder (written by detect)")
+    p.add_argument("--grid", type=int, default=WARP_GRID,
+                   help=f"grid side (default {WARP_GRID}: {WARP_GRID ** 2} positions)")
+    p.add_argument("--patch", type=int, help="patch side in px (default: 25 px per 640 px of the frame)")
+    p.add_argument("--max-images", type=int, help="subsample: at most this many images per source (CPU runs)")
+    p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
+    p.set_defaults(func=cmd_warp)
+
+    p = sub.add_parser("train-reference", help="train the reference detector (Ultralytics YOLO from its "
+                       "model YAML, offline) on a source's train split")
+    p.add_argument("--params", default="params.yaml", help="params file with a reference_detector section")
+    p.add_argument("--source", required=True, help="source name (its table is <paths.sources>/<source>.parquet)")
+    p.add_argument("--source-table", help="explicit canonical source table (overrides --source lookup)")
+    p.add_argument("--out", required=True, help="output folder (weights.pt, train.json)")
+    p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
+    p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
+    p.add_argument("--no-score", action="store_true", help="skip scoring on the source's val/test splits")
+    p.set_defaults(func=cmd_train_reference)
+
+
+def _detector_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detector", required=True, help="yolo, rtdetr or fasterrcnn")
+    p.add_argument("--weights", required=True, help="local checkpoint (.pt) or Ultralytics model YAML")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo (default data/aegisbench)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
+    p.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
+    p.add_argument("--half", action="store_true", help="FP16 inference on CUDA")
+    p.add_argument("--conf", type=float, default=0.001, help="score floor handed to the model (near zero)")
+    p.add_argument("--imgsz", type=int, help="model input size (default: native window size)")
+    p.add_argument("--tile", type=int, default=1024, help="tile size for frames larger than it")
+    p.add_argument("--overlap", type=int, default=256, help="tile overlap in px")
+    p.add_argument("--merge-iou", type=float, default=0.5, help="IoU of the seam NMS between tiles")
+    p.add_argument("--keep-cut", action="store_true", help="keep boxes cut by an inner tile edge")
+    p.add_argument("--frames-per-batch", type=int, default=8, help="frames per predict call")
+    p.add_argument("--loader-workers", type=int, default=2, help="image decoding threads")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _options(args):
+    from aegisbench.detectors.interface import DetectorOptions
+    from aegisbench.detectors.tiling import TilingParams
+
+    try:
+        tiling = TilingParams(tile=args.tile, overlap=args.overlap, merge_iou=args.merge_iou,
+                              drop_cut=not args.keep_cut)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(str(exc), where="--tile/--overlap/--merge-iou") from None
+    return DetectorOptions(device=args.device, batch=args.batch, half=args.half, conf=args.conf,
+                           imgsz=args.imgsz, tiling=tiling)
+
+
+def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, object]:
+    """Verify the dataset, run ``check(manifest)``, then load the detector (nothing written
+    yet); ``on_driver`` overrides the device of this process's copy (Ray actors pick their own)."""
+    import dataclasses
+
+    from aegisbench.builders.manifest import require_verified
+    from aegisbench.detectors.interface import DETECTORS, load_detector
+
+    if args.detector not in DETECTORS:
+        raise BadInput(f"unknown detector {args.detector!r}; expected one of {sorted(DETECTORS)}", where="--detector")
+    options = _options(args)
+    if on_driver is not None:
+        options = dataclasses.replace(options, device=on_driver, half=False)
+    manifest = require_verified(args.dataset)
+    if check is not None:
+        check(manifest)
+    return manifest, load_detector(args.detector, args.weights, options)
+
+
+def cmd_detect(args) -> int:
+    from aegisbench.detectors.runner import RunOptions, SubmissionInfo, check_output, run_detect, track_splits
+
+    out = Path(args.out)
+    run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers,
+                     progress=not args.no_progress, overwrite=args.overwrite)
+    info = SubmissionInfo(name=args.name or out.name, model=args.model or f"{args.detector}:{Path(args.weights).name}",
+                          team=args.team, contact=args.contact, license=args.license, description=args.description)
+
+    def check(manifest: dict) -> None:
+        track_splits(manifest, args.track)
+        check_output(out, args.overwrite)
+
+    from aegisbench.executor import Executor, connect
+    executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
+    connect(executor)  # a missing or unreachable cluster fails here, before anything is written
+    manifest, detector = _prepare(args, check, on_driver="cpu" if executor.kind == "ray" else None)
+    report = run_detect(detector, args.dataset, args.track, out, info, run, manifest=manifest,
+                        executor=executor, device=args.device, half=args.half)
+    resumed = report["configs_resumed"]
+    print(f"wrote {out}: {report['frames']} images ({report['windows']} tiles) in {report['seconds']:.1f} s, "
+          f"{report['images_per_s']:.2f} images/s, {report['tiles_per_s']:.2f} tiles/s"
+          + (f"; resumed {resumed} of {report['configs']} configs" if resumed else ""))
+    return 0
+
+
+def cmd_warp(args) -> int:
+    from aegisbench.detectors.warp_runner import WarpParams, run_warp
+
+    params = WarpParams(grid=args.grid, patch=args.patch, max_images=args.max_images,
+                        include_negatives=args.include_negatives)
+    out = Path(args.out)
+    if not (out / "submission.yaml").is_file():
+        raise BadInput("not a submission folder (no submission.yaml); run aegisbench detect first", where=str(out))
+    manifest, detector = _prepare(args)
+    report = run_warp(detector, args.dataset, out, params, variants_per_batch=args.frames_per_batch,
+                      progress=not args.no_progress, manifest=manifest)
+    print(f"wrote {out / 'warp_patch.parquet'}: {report['images']} images x {args.grid ** 2} positions, "
+          f"{report['variants_per_s']:.2f} variants/s")
+    return 0
+
+
+def cmd_train_reference(args) -> int:
+    import dataclasses
+
+    from aegisbench.detectors.reference import ReferenceParams, train_reference
+    from aegisbench.params import Params
+
+    params = Params.load(args.params)
+    ref = ReferenceParams.from_dict(params.raw.get("reference_detector"), args.source)
+    overrides = {k: v for k, v in (("epochs", args.epochs), ("max_images", args.max_images)) if v is not None}
+    if overrides:
+        ref = dataclasses.replace(ref, **overrides)
+    table = Path(args.source_table) if args.source_table else Path(params.sources_dir) / f"{args.source}.parquet"
+    if not table.is_file():
+        raise BadInput("source table not found; run `aegisbench sources` first", where=str(table))
+    report = train_reference(table, args.out, ref, score=not args.no_score)
+    print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},
+                     sort_keys=True))
+    return 0

@@ -1,0 +1,289 @@
+"""The reference detector: a small Ultralytics YOLO trained from its model YAML, offline.
+
+``export_yolo_dataset`` turns a canonical source table into an Ultralytics training
+folder. Training uses *native-resolution crops*: each annotated object gets a
+``crop`` x ``crop`` window that contains it (position drawn from
+``rng_for("reference_detector", source, image_id, ...)``), plus random background
+windows, so people keep the pixel size they have at inference (whole 640-px frames,
+1024-px tiles) while batches stay cheap on a CPU. ``train_reference`` trains the
+packaged ``aegis_yolo_tiny.yaml`` (or any Ultralytics model YAML) with pinned seed
+and epochs, plots/AMP/validation-per-epoch off so nothing is fetched, copies the
+final checkpoint to ``<out>/weights.pt`` and scores it on the source's clean val
+(threshold frozen at maximum F1) and test splits.
+
+>>> raw = {"epochs": 2, "crop": 256, "imgsz": 256, "sources": {"synthetic_smoke": {"epochs": 3}}}
+>>> p = ReferenceParams.from_dict(raw, "synthetic_smoke")
+>>> p.epochs, p.crop, p.model
+(3, 256, 'aegis_yolo_tiny.yaml')
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from aegisbench.atomic import atomic_path, atomic_write_text
+from aegisbench.builders.source_table import SourceRecord, read_source_table
+from aegisbench.errors import BadInput
+from aegisbench.fields import Range, check_choice, check_fields
+from aegisbench.hashing import json_sha256, rng_for
+
+log = logging.getLogger(__name__)
+
+OPTIMIZERS = ("SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSProp", "auto")
+_COUNT, _FRACTION = Range(0, None, integer=True), Range(0.0, 1.0)
+#: declared range of every numeric field of :class:`ReferenceParams` (None allowed where optional)
+_BOUNDS = {
+    "imgsz": Range(32, None, integer=True), "crops_per_object": _COUNT, "negatives_per_image": _COUNT,
+    "epochs": Range(1, None, integer=True), "batch": Range(1, None, integer=True), "seed": _COUNT,
+    "close_mosaic": _COUNT, "crop": Range(32, None, integer=True, optional=True),
+    "threads": Range(1, None, integer=True, optional=True), "max_images": Range(1, None, integer=True, optional=True),
+    "warmup_epochs": Range(0.0, None), "min_visible": _FRACTION, "mosaic": _FRACTION, "fliplr": _FRACTION,
+    "flipud": _FRACTION, "scale": _FRACTION, "lr0": Range(0.0, 1.0, lo_open=True, hi_open=True),
+}
+PACKAGED_MODELS = {"aegis_yolo_tiny.yaml": Path(__file__).with_name("aegis_yolo_tiny.yaml")}
+
+
+@dataclass(frozen=True)
+class ReferenceParams:
+    """The ``reference_detector`` section of ``params.yaml`` (all training choices)."""
+
+    model: str = "aegis_yolo_tiny.yaml"
+    imgsz: int = 160
+    crop: int | None = 160  # None: train on whole frames (then detect with --imgsz imgsz)
+    crops_per_object: int = 1
+    negatives_per_image: int = 1
+    min_visible: float = 0.5  # a cut object stays labelled if this much of its box is inside
+    epochs: int = 20
+    batch: int = 8
+    seed: int = 0
+    optimizer: str = "AdamW"
+    lr0: float = 0.003
+    mosaic: float = 1.0
+    close_mosaic: int = 5
+    warmup_epochs: float = 1.0
+    scale: float = 0.25
+    fliplr: float = 0.5
+    flipud: float = 0.5
+    device: str = "cpu"
+    threads: int | None = None  # torch CPU threads (None: Ultralytics' choice, cores - 1)
+    max_images: int | None = None  # cap on train images (tiny test configs)
+
+    def __post_init__(self) -> None:
+        where = "params.yaml: reference_detector"
+        check_fields(self, _BOUNDS, error=BadInput, where=where)
+        check_choice(self.optimizer, "optimizer", OPTIMIZERS, error=BadInput, where=f"{where}.optimizer")
+        if not isinstance(self.model, str) or not self.model.endswith((".yaml", ".yml")):
+            raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=where)
+
+    @classmethod
+    def from_dict(cls, raw: dict | None, source: str | None = None) -> "ReferenceParams":
+        """Build from the params section; ``sources: {<name>: {...}}`` overrides keys for one source."""
+        raw = dict(raw or {})
+        per_source = raw.pop("sources", None) or {}
+        if not isinstance(per_source, dict):
+            raise BadInput("sources must map source names to overrides", where="params.yaml: reference_detector")
+        if source is not None:
+            override = per_source.get(source) or {}
+            if not isinstance(override, dict):
+                raise BadInput("must be a mapping", where=f"params.yaml: reference_detector.sources.{source}")
+            raw.update(override)
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = sorted(set(raw) - known)
+        if extra:
+            raise BadInput(f"unknown keys {extra}", where="params.yaml: reference_detector")
+        return cls(**raw)
+
+    def inference_imgsz(self) -> int | None:
+        """Input size at inference: native (None) for crop training, ``imgsz`` for whole
+        frames trained at a reduced size (pass it as ``detect --imgsz``)."""
+        return self.imgsz if self.crop is None else None
+
+    def model_path(self) -> str:
+        """The YAML to build: a packaged AegisBench model, else the name/path as given."""
+        return str(PACKAGED_MODELS.get(self.model, self.model))
+
+
+# ------------------------------------------------------------------ export
+
+
+def _crop_origins(rec: SourceRecord, crop: int, params: ReferenceParams) -> list[tuple[int, int]]:
+    """Windows covering every object: objects are visited in a seeded order; an object
+    not yet inside a window gets one placed at random around it. Repeated
+    ``crops_per_object`` times, plus ``negatives_per_image`` random windows."""
+    W, H = rec.width, rec.height
+    if W <= crop and H <= crop:
+        return [(0, 0)]
+    cw, ch = min(crop, W), min(crop, H)
+    boxes = rec.boxes.astype(np.float64)
+    out = []
+    for k in range(params.crops_per_object):
+        rng = rng_for("reference_detector", rec.source, rec.image_id, "objects", k)
+        covered = np.zeros(len(boxes), bool)
+        for i in rng.permutation(len(boxes)):
+            if covered[i]:
+                continue
+            x1, y1, x2, y2 = boxes[i]
+            lo_x, hi_x = max(0, int(np.ceil(x2)) - cw), min(int(x1), W - cw)
+            lo_y, hi_y = max(0, int(np.ceil(y2)) - ch), min(int(y1), H - ch)
+            x0 = int(rng.integers(lo_x, hi_x + 1)) if hi_x >= lo_x else int(np.clip((x1 + x2 - cw) / 2, 0, W - cw))
+            y0 = int(rng.integers(lo_y, hi_y + 1)) if hi_y >= lo_y else int(np.clip((y1 + y2 - ch) / 2, 0, H - ch))
+            covered |= ((boxes[:, 0] >= x0) & (boxes[:, 1] >= y0)
+                        & (boxes[:, 2] <= x0 + cw) & (boxes[:, 3] <= y0 + ch))
+            covered[i] = True
+            out.append((x0, y0))
+    for k in range(params.negatives_per_image):
+        rng = rng_for("reference_detector", rec.source, rec.image_id, "background", k)
+        out.append((int(rng.integers(0, W - cw + 1)), int(rng.integers(0, H - ch + 1))))
+    return out
+
+
+def crop_labels(boxes: np.ndarray, window: tuple[int, int, int, int], min_visible: float
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """``(boxes, kept)``: boxes clipped to ``window`` in window pixels, for the objects whose
+    visible fraction is >= ``min_visible`` (``kept`` is the mask over the input boxes).
+
+    >>> b, k = crop_labels(np.array([[10, 10, 30, 30], [90, 0, 130, 10]], np.float32), (0, 0, 100, 100), 0.5)
+    >>> b.tolist(), k.tolist()
+    ([[10.0, 10.0, 30.0, 30.0]], [True, False])
+    """
+    x0, y0, x1, y1 = window
+    b = np.asarray(boxes, np.float64).reshape(-1, 4)
+    c = np.stack([np.clip(b[:, 0], x0, x1), np.clip(b[:, 1], y0, y1),
+                  np.clip(b[:, 2], x0, x1), np.clip(b[:, 3], y0, y1)], axis=1)
+    area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    vis = (c[:, 2] - c[:, 0]) * (c[:, 3] - c[:, 1])
+    keep = (vis > 0) & (vis >= min_visible * area)
+    return (c[keep] - np.array([x0, y0, x0, y0], np.float64)).astype(np.float32), keep
+
+
+def _yolo_lines(boxes: np.ndarray, classes: list[int], w: int, h: int) -> str:
+    lines = []
+    for (x1, y1, x2, y2), c in zip(boxes.tolist(), classes):
+        lines.append(f"{c} {(x1 + x2) / 2 / w:.6f} {(y1 + y2) / 2 / h:.6f} {(x2 - x1) / w:.6f} {(y2 - y1) / h:.6f}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def export_yolo_dataset(source_table: str | Path, out_dir: str | Path, params: ReferenceParams) -> Path:
+    """Write ``images/{train,val}``, ``labels/{train,val}`` and ``data.yaml``; returns the YAML path."""
+    import yaml
+
+    out = Path(out_dir)
+    if out.exists():
+        shutil.rmtree(out)
+    names = sorted({lab for rec in read_source_table(source_table, ["train"]) for lab in rec.labels})
+    if not names:
+        raise BadInput("the train split has no annotated objects", where=str(source_table))
+    cls_of = {n: i for i, n in enumerate(names)}
+    counts = {"train": [0, 0], "val": [0, 0]}
+    for split in ("train", "val"):
+        (out / "images" / split).mkdir(parents=True)
+        (out / "labels" / split).mkdir(parents=True)
+        for n_img, rec in enumerate(read_source_table(source_table, [split])):
+            if split == "train" and params.max_images is not None and n_img >= params.max_images:
+                break
+            image = rec.image()
+            origins = [(0, 0)] if params.crop is None else _crop_origins(rec, params.crop, params)
+            cw = rec.width if params.crop is None else min(params.crop, rec.width)
+            ch = rec.height if params.crop is None else min(params.crop, rec.height)
+            for k, (x0, y0) in enumerate(origins):
+                win = (x0, y0, x0 + cw, y0 + ch)
+                boxes, kept = crop_labels(rec.boxes, win, params.min_visible)
+                labs = [cls_of[lab] for lab, is_kept in zip(rec.labels, kept) if is_kept]
+                stem = f"{rec.image_id}_{k:03d}"
+                crop = np.ascontiguousarray(image[y0:y0 + ch, x0:x0 + cw, ::-1])
+                if not cv2.imwrite(str(out / "images" / split / f"{stem}.png"), crop):
+                    raise OSError(f"cannot write {stem}.png")
+                (out / "labels" / split / f"{stem}.txt").write_text(_yolo_lines(boxes, labs, cw, ch))
+                counts[split][0] += 1
+                counts[split][1] += len(boxes)
+    if counts["train"][0] == 0 or counts["val"][0] == 0:
+        raise BadInput("source table needs train and val images", where=str(source_table))
+    data = {"path": str(out.resolve()), "train": "images/train", "val": "images/val",
+            "names": {i: n for i, n in enumerate(names)}}
+    atomic_write_text(out / "data.yaml", yaml.safe_dump(data, sort_keys=True))
+    log.info("exported %s: train %d crops / %d boxes, val %d crops / %d boxes",
+             out, counts["train"][0], counts["train"][1], counts["val"][0], counts["val"][1])
+    return out / "data.yaml"
+
+
+# ------------------------------------------------------------------ training
+
+
+def train_reference(source_table: str | Path, out_dir: str | Path, params: ReferenceParams,
+                    *, score: bool = True) -> dict:
+    """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``."""
+    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
+
+    out = Path(out_dir)
+    work = out / "work"
+    data_yaml = export_yolo_dataset(source_table, work / "dataset", params)
+    import_ultralytics()
+    import torch
+    from ultralytics import YOLO
+
+    model = YOLO(params.model_path())
+    if params.threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
+        model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(params.threads))
+    t0, c0 = time.perf_counter(), time.process_time()
+    model.train(data=str(data_yaml), epochs=params.epochs, imgsz=params.imgsz, batch=params.batch,
+                seed=params.seed, deterministic=True, workers=0, device=params.device,
+                project=str(work.resolve()), name="train", exist_ok=True, plots=False, amp=False,
+                val=False, verbose=False, pretrained=False, optimizer=params.optimizer, lr0=params.lr0,
+                mosaic=params.mosaic, close_mosaic=params.close_mosaic, warmup_epochs=params.warmup_epochs, scale=params.scale,
+                fliplr=params.fliplr, flipud=params.flipud, cache=False, save_period=-1)
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+    last = work / "train" / "weights" / "last.pt"
+    if not last.exists():  # pragma: no cover - Ultralytics always writes last.pt
+        raise RuntimeError(f"training wrote no checkpoint at {last}")
+    with atomic_path(out / "weights.pt") as tmp:
+        shutil.copyfile(last, tmp)
+    report = {"source_table": Path(source_table).name, "params": dataclasses.asdict(params),
+              "params_sha256": json_sha256(dataclasses.asdict(params)), "train_seconds": round(seconds, 1),
+              "train_cpu_seconds": round(cpu_seconds, 1),
+              "torch_threads": torch.get_num_threads(), "weights": "weights.pt",
+              "detect_imgsz": params.inference_imgsz()}
+    if score:
+        from aegisbench.detectors.interface import DetectorOptions, load_detector
+
+        det = load_detector("yolo", out / "weights.pt", DetectorOptions(device=params.device,
+                                                                         imgsz=params.inference_imgsz()))
+        report["scores"] = score_on_source(det, source_table)
+    atomic_write_text(out / "train.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    log.info("reference detector trained in %.0f s -> %s", seconds, out / "weights.pt")
+    return report
+
+
+def score_on_source(detector, source_table: str | Path, batch_frames: int = 8) -> dict:
+    """Freeze the threshold at maximum F1 on the clean ``val`` split, then report recall,
+    precision, F1 at it and threshold-free mAP50 / mAP50-95 on ``test`` (shared matcher)."""
+    from aegisbench.evaluation import freeze_threshold, map_from_arrays, match_images
+    from aegisbench.evaluation.threshold import f1_curve
+
+    def run(split: str):
+        preds, gts, frames = [], [], []
+        recs = list(read_source_table(source_table, [split]))
+        for s in range(0, len(recs), batch_frames):
+            chunk = recs[s:s + batch_frames]
+            preds += detector.predict([r.image() for r in chunk])
+            gts += [r.boxes for r in chunk]
+        return preds, gts
+
+    vp, vg = run("val")
+    thr, val_f1 = freeze_threshold(match_images([d.xyxy for d in vp], [d.score for d in vp], vg))
+    tp_, tg = run("test")
+    m = match_images([d.xyxy for d in tp_], [d.score for d in tp_], tg)
+    c = f1_curve(m, [thr])
+    maps = map_from_arrays([d.xyxy for d in tp_], [d.score for d in tp_], tg)
+    return {"threshold": thr, "val_f1": round(val_f1, 4), "test_recall": round(float(c["recall"][0]), 4),
+            "test_precision": round(float(c["precision"][0]), 4), "test_f1": round(float(c["f1"][0]), 4),
+            "test_map50": round(float(maps["map50"]), 4), "test_map50_95": round(float(maps["map50_95"]), 4),
+            "test_images": len(tg), "test_objects": int(sum(len(g) for g in tg))}

@@ -1,0 +1,210 @@
+"""Percentile bootstrap over images: 1000 resamples, 2.5th-97.5th percentiles.
+
+One index matrix ``idx = rng.integers(0, n, (B, n))`` is drawn per condition from
+``rng_for(*key)`` (the same call ``scipy.stats.bootstrap`` makes, so its intervals
+are reproducible with scipy) and turned into multiplicities ``W[b, i]`` = how often
+image ``i`` occurs in resample ``b``. Every statistic of a condition uses the same
+``W`` (paired resampling); nothing is re-matched.
+
+* recall / precision / F1: ``W @ counts`` sums the per-image (TP, FP, FN) at the
+  frozen threshold. A resample in which a ratio is 0/0 (no GT box for recall, no
+  detection for precision) is left out of that ratio's interval, as for AP50, instead
+  of counting as 0; when every resample is 0/0 the whole set is too, and the interval
+  is the point value's (0, 0).
+* AP50 (class-agnostic, pycocotools' 101-point interpolation) reuses the per-
+  prediction TP flags of the one matching pass: a resampled image contributes its
+  predictions ``W[b, i]`` times, adjacent in the score order (ties keep the reference
+  order). In the score-sorted list, consecutive TPs with no FP between them form a
+  *run*; along a run precision can only rise, so the interpolated precision
+  (envelope) only needs the run ends. One matrix product gives, per resample and run
+  end, the weighted TP and TP + FP counts (``W @ [TPcum | (TP+FP)cum]`` with per-image
+  cumulative counts). The recall thresholds first reached at each run end follow
+  from ``floor(100 TP / n_gt)``, with pycocotools' exact float comparison at the
+  boundaries; AP = sum(envelope * thresholds reached) / 101. Arithmetic is float32
+  while exact for the integers involved (precision values to ~1e-7). Resamples
+  without any GT box are left out.
+
+Intervals are percentiles with linear interpolation (numpy/scipy default); a
+statistic that is constant across resamples gives a degenerate interval such as
+``(0.0, 0.0)``.
+
+>>> import numpy as np
+>>> counts = np.array([[1, 0, 1], [2, 1, 0], [0, 0, 2]])
+>>> ci = count_intervals(counts, ("doc",), n_resamples=200)
+>>> sorted(ci), ci["recall"][0] <= ci["recall"][1]
+(['f1', 'precision', 'recall'], True)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from aegisbench.evaluation.coco import RECALL_THRESHOLDS
+from aegisbench.evaluation.matching import BatchMatch
+from aegisbench.fields import check_int
+from aegisbench.stats import count_ratios, multiplicities, percentile_interval, resample_indices
+
+__all__ = ["BootstrapParams", "Resamples", "ap50_samples", "condition_intervals", "count_intervals",
+           "count_statistics", "multiplicities", "percentile_interval", "resample_indices"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BootstrapParams:
+    n_resamples: int = 1000
+    percentiles: tuple[float, float] = (2.5, 97.5)
+
+    def __post_init__(self) -> None:
+        check_int(self.n_resamples, "n_resamples", lo=1)
+        lo, hi = self.percentiles
+        if not 0 <= lo < hi <= 100:
+            raise ValueError(f"percentiles must satisfy 0 <= lo < hi <= 100, got {self.percentiles}")
+
+
+def _intervals(stats: dict[str, np.ndarray], percentiles) -> dict[str, tuple[float, float]]:
+    """Percentile intervals of several ratio sample vectors; NaN samples (resamples where
+    the ratio is 0/0) are left out, and a vector that is all NaN gives the 0/0 point
+    convention's (0, 0)."""
+    return {k: percentile_interval(v, percentiles, fallback=(0.0, 0.0)) for k, v in stats.items()}
+
+
+#: recall, precision, F1 from summed (..., 3) TP/FP/FN counts (:func:`aegisbench.stats.count_ratios`)
+count_statistics = count_ratios
+
+
+def count_intervals(counts: np.ndarray, key: Sequence, n_resamples: int = 1000,
+                    percentiles: tuple[float, float] = (2.5, 97.5), *, weights: np.ndarray | None = None
+                    ) -> dict[str, tuple[float, float]]:
+    """Percentile intervals of pooled recall/precision/F1 from per-image (TP, FP, FN)."""
+    counts = np.asarray(counts, np.int64).reshape(-1, 3)
+    W = multiplicities(resample_indices(len(counts), key, n_resamples), len(counts)) if weights is None else weights
+    return _intervals(count_statistics(_weighted_sum(W, counts), empty=np.nan), percentiles)
+
+
+def _weighted_sum(W: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``W @ counts`` through float BLAS (exact: integer values far below 2**53)."""
+    return W.astype(np.float64) @ np.asarray(counts, np.float64)
+
+
+# recall thresholds that a recall of exactly j/100 does not reach, because
+# np.linspace gives e.g. 0.35000000000000003 for 0.35 (pycocotools compares rc >= r)
+_UNREACHED_AT_EXACT = np.array([not RECALL_THRESHOLDS[j] <= j / 100 for j in range(101)] + [False])
+
+
+def _first_reached(tp: np.ndarray, n_gt: np.ndarray) -> np.ndarray:
+    """(R, B): how many recall thresholds are first reached at each run end, from the
+    integer-valued TP counts (R, B) and GT counts (B,).
+
+    The number of thresholds ``<= TP / n_gt`` (pycocotools' comparison) is
+    ``floor(100 TP / n_gt) + 1``, minus one where ``100 TP / n_gt`` is exactly an
+    integer ``j`` whose linspace threshold sits one ulp above ``j / 100``. Off an
+    integer the quotient is at least ``1 / n_gt`` away from one, far above the
+    rounding error (float32 is used only while ``n_gt <= 2**16``)."""
+    x = tp * np.asarray(100, tp.dtype)
+    x /= n_gt
+    q = np.floor(x)
+    hit = np.flatnonzero(q == x)
+    if hit.size:
+        q.flat[hit] -= _UNREACHED_AT_EXACT[q.flat[hit].astype(np.int64)]
+    first = np.diff(q, axis=0, prepend=np.asarray(-1, q.dtype))
+    return first
+
+
+def _desc_order(score: np.ndarray) -> np.ndarray:
+    """Stable descending order of float32 scores (ties by index), via one int64 key sort."""
+    s = np.asarray(score, np.float32) + np.float32(0)  # -0.0 -> +0.0
+    if s.size and s.min() < 0:
+        return np.argsort(-s.astype(np.float64), kind="stable")
+    key = ((~s.view(np.uint32)).astype(np.uint64) << np.uint64(32)) | np.arange(s.size, dtype=np.uint64)
+    return (np.sort(key) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+
+
+def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.ndarray:
+    """AP per resample from image-major integer multiplicities ``Wt`` (n, B) float32;
+    ``total`` bounds the column sums (the number of images for a bootstrap draw)."""
+    n, B = Wt.shape
+    order = _desc_order(match.score)  # flat order is (image, index): ties keep it
+    tp_sorted = match.tp[order]
+    img_sorted = match.pred_image[order]
+    n_gt = match.n_gt()
+    if not tp_sorted.any():
+        npig = n_gt.astype(np.float64) @ Wt
+        return np.where(npig > 0, 0.0, np.nan)
+    start = tp_sorted & ~np.r_[False, tp_sorted[:-1]]
+    runs_before = np.cumsum(start)  # runs started at or before each position
+    R = int(runs_before[-1])
+    # rows 0..R-1: TPs of each run per image; rows R..2R: FPs after 0..R runs; row 2R: GT
+    row = np.where(tp_sorted, runs_before - 1, R + runs_before)
+    A = np.bincount(row * n + img_sorted, minlength=(2 * R + 1) * n).reshape(2 * R + 1, n)
+    np.cumsum(A[:R], axis=0, out=A[:R])
+    np.cumsum(A[R:2 * R], axis=0, out=A[R:2 * R])
+    A[R:2 * R] += A[:R]  # TP + FP at each run end
+    A[2 * R] = n_gt
+    total = int(Wt.sum(axis=0).max()) if total is None else total
+    ft = np.float32 if int(A.max(initial=0)) * total < 2**24 else np.float64
+    X = A.astype(ft) @ Wt.astype(ft, copy=False)  # exact: integer values below 2**24 (float32) / 2**53
+    tp, den, npig = X[:R], X[R:2 * R], X[2 * R]
+    np.maximum(den, 1, out=den)  # TP = 0 whenever TP + FP = 0
+    pr = np.divide(tp, den, out=den)
+    for r in range(R - 2, -1, -1):  # envelope: running max from the last run end
+        np.maximum(pr[r], pr[r + 1], out=pr[r])
+    if npig.max() > 2**16:  # keep the recall-threshold arithmetic exact
+        tp, npig = tp.astype(np.float64), npig.astype(np.float64)
+    first = _first_reached(tp, np.maximum(npig, 1))
+    ap = np.einsum("rb,rb->b", pr, first, dtype=np.float64) / len(RECALL_THRESHOLDS)
+    ap[npig == 0] = np.nan
+    return ap
+
+
+def ap50_samples(match: BatchMatch, W: np.ndarray) -> np.ndarray:
+    """Class-agnostic AP at the match's IoU threshold for each resample row of ``W`` (B, n);
+    equal to :func:`~aegisbench.evaluation.coco.map_from_arrays` on the materialised
+    resample up to float32 rounding of the precision values (~1e-7)."""
+    return _ap50_t(match, np.ascontiguousarray(np.asarray(W).T, dtype=np.float32))
+
+
+@dataclass(frozen=True, eq=False)
+class Resamples:
+    """One bootstrap draw over ``n`` images: indices (B, n) and image-major
+    multiplicities (n, B). Share one across the conditions of a split to draw once
+    and to pair the conditions (every condition sees the same resampled image sets)."""
+
+    idx: np.ndarray
+    weights_t: np.ndarray
+
+    @classmethod
+    def draw(cls, n: int, key: Sequence, n_resamples: int = 1000) -> Resamples:
+        idx = resample_indices(n, key, n_resamples)
+        return cls(idx, np.ascontiguousarray(multiplicities(idx, n).T, dtype=np.float32))
+
+    @property
+    def n_images(self) -> int:
+        return self.weights_t.shape[0]
+
+
+def condition_intervals(match: BatchMatch, threshold: float, key: Sequence | None = None,
+                        params: BootstrapParams = BootstrapParams(), *, with_ap50: bool = True,
+                        resamples: Resamples | None = None) -> dict[str, tuple[float, float]]:
+    """Intervals of recall, precision, F1 (at ``threshold``) and AP50 with one shared
+    resampling: drawn from ``rng_for(*key)``, or the given ``resamples``."""
+    if resamples is None:
+        if key is None:
+            raise ValueError("give a key or resamples")
+        resamples = Resamples.draw(match.n_images, key, params.n_resamples)
+    elif resamples.n_images != match.n_images:
+        raise ValueError(f"resamples cover {resamples.n_images} images, the match {match.n_images}")
+    Wt = resamples.weights_t
+    summed = (match.counts(threshold).T.astype(np.float64) @ Wt).T
+    out = _intervals(count_statistics(summed, empty=np.nan), params.percentiles)
+    if with_ap50:
+        samples = _ap50_t(match, Wt, total=match.n_images)
+        dropped = int(np.isnan(samples).sum())
+        if dropped:
+            log.info("AP50 bootstrap: %d of %d resamples had no GT box and were left out", dropped, len(samples))
+        out["map50"] = percentile_interval(samples, params.percentiles)
+    return out

@@ -1,0 +1,152 @@
+"""CLI of the evaluator: ``validate``, ``evaluate`` and ``export-coco``.
+
+``validate`` and ``evaluate`` serve every track (the track is read from
+``submission.yaml``); the threshold options apply to the detection tracks, whose
+threshold the evaluator freezes (the fire-spread F2R threshold is declared by the dataset).
+
+``validate`` and ``evaluate`` print every problem of an invalid submission on its own
+line (``file:row N field F: message``, at most 50, then a count of the rest) to
+stderr and exit 2; nothing is written to ``results/`` then.
+
+>>> parse_grid("seed001")[:3]
+(0.01, 0.02, 0.03)
+>>> parse_grid("0.1, 0.2"), parse_grid("scores")
+((0.1, 0.2), None)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from aegisbench.errors import BadInput
+from aegisbench.evaluation.bootstrap import BootstrapParams
+from aegisbench.evaluation.submission import ValidationLimits
+from aegisbench.vocab import WARP_GRID
+
+log = logging.getLogger(__name__)
+
+MAX_LISTED = 50
+
+
+def parse_grid(text: str) -> tuple[float, ...] | None:
+    """``scores`` (every distinct val score), ``seed001`` (0.01..0.20) or ``a,b,c``."""
+    from aegisbench.evaluation.threshold import seed_001_grid
+    t = text.strip().lower()
+    if t == "scores":
+        return None
+    if t == "seed001":
+        return tuple(float(v) for v in seed_001_grid())
+    try:
+        return tuple(float(v) for v in t.split(",") if v.strip())
+    except ValueError:
+        raise BadInput(f"expected 'scores', 'seed001' or comma-separated numbers, got {text!r}",
+                       where="--threshold-grid") from None
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("submission", help="submission folder (submission.yaml + predictions)")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo (default data/aegisbench)")
+    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
+    d = ValidationLimits()
+    p.add_argument("--max-dets-per-image", type=int, default=d.max_dets_per_image,
+                   help="declared cap of detections per image (default %(default)s)")
+    p.add_argument("--max-file-bytes", type=int, default=d.max_file_bytes,
+                   help="declared size limit of one file (default %(default)s)")
+    p.add_argument("--frame-tolerance", type=float, default=d.frame_tolerance_px,
+                   help="pixels a box may extend beyond the frame (default %(default)s)")
+    p.add_argument("--warp-grid", type=int, default=WARP_GRID, help="WARP cloud-patch grid side (default %(default)s)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("validate", help="check a submission folder (every problem listed) before scoring")
+    _common(p)
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("evaluate", help="validate, freeze thresholds on clean validation, score every condition "
+                                        "and write results/<id>/")
+    _common(p)
+    p.add_argument("--results", default="results", help="results folder (default results)")
+    p.add_argument("--threshold-grid", default="scores",
+                   help="threshold candidates: 'scores' (every distinct val score, default), 'seed001' "
+                        "(0.01..0.20) or comma-separated values")
+    p.add_argument("--max-dets", type=int, default=None,
+                   help="per-image cap for mAP (default: none, every prediction counts)")
+    p.add_argument("--n-resamples", type=int, default=BootstrapParams().n_resamples,
+                   help="bootstrap resamples (images; initial conditions for fire-spread; default %(default)s)")
+    p.add_argument("--executor", help="local (default) or ray: where the sources of the track are scored "
+                   "(each source is independent)")
+    p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("export-coco", help="write COCO GT JSON per config and per config/split (integer ids "
+                                           "for COCO results submissions)")
+    p.add_argument("--dataset", default="data/aegisbench")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--no-verify", action="store_true")
+    p.set_defaults(func=cmd_export_coco)
+
+
+def _limits(args):
+    try:
+        return ValidationLimits(max_file_bytes=args.max_file_bytes, max_dets_per_image=args.max_dets_per_image,
+                                frame_tolerance_px=args.frame_tolerance)
+    except ValueError as exc:
+        raise BadInput(str(exc), where="command line") from None
+
+
+def _print_problems(exc) -> int:
+    for line in exc.lines(MAX_LISTED):
+        print(line, file=sys.stderr)
+    print(f"invalid submission: {exc.total} problem(s)", file=sys.stderr)
+    return 2
+
+
+def cmd_validate(args) -> int:
+    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.evaluation.submission import SubmissionInvalid, validate_submission
+    index = DatasetIndex(args.dataset, verify=not args.no_verify)
+    try:
+        sub = validate_submission(args.submission, index, _limits(args), args.warp_grid)
+    except SubmissionInvalid as exc:
+        return _print_problems(exc)
+    from aegisbench.evaluation.tracks import get_track
+    print(get_track(sub.meta.track).summary(sub))
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
+    from aegisbench.evaluation.submission import SubmissionInvalid
+    try:
+        params = EvaluationParams(threshold_grid=parse_grid(args.threshold_grid), max_dets=args.max_dets,
+                                  bootstrap=BootstrapParams(n_resamples=args.n_resamples), limits=_limits(args),
+                                  warp_grid=args.warp_grid)
+    except (TypeError, ValueError) as exc:
+        raise BadInput(str(exc), where="command line") from None
+    from aegisbench.executor import Executor, connect
+    executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
+    connect(executor)
+    dataset = Path(args.dataset).absolute() if executor.kind == "ray" else args.dataset  # read on other nodes
+    try:
+        out = evaluate_submission(args.submission, dataset, args.results, params,
+                                  verify=not args.no_verify, progress=True, executor=executor)
+    except SubmissionInvalid as exc:
+        return _print_problems(exc)
+    prov = json.loads((out / "provenance.json").read_text())
+    thr = prov.get("frozen_threshold")
+    thr_text = ", ".join(f"{k}={v:g}" for k, v in thr.items()) if isinstance(thr, dict) else str(thr)
+    print(f"wrote {out} (frozen thresholds: {thr_text}; "
+          f"{len(prov.get('degenerate_intervals', []))} degenerate interval(s))")
+    return 0
+
+
+def cmd_export_coco(args) -> int:
+    from aegisbench.evaluation.dataset import DatasetIndex, export_coco
+    written = export_coco(DatasetIndex(args.dataset, verify=not args.no_verify), args.out)
+    print(f"wrote {len(written)} COCO GT files to {args.out}")
+    return 0

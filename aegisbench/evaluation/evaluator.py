@@ -1,0 +1,82 @@
+"""The evaluator: one entry point for every track.
+
+``evaluate_submission`` validates a submission folder (shared ``submission.yaml``
+checks, then its track's ``read``), scores it with its track's ``score`` and writes
+``results/<id>/`` with the shared writer. Tracks are plug-ins
+(:mod:`aegisbench.evaluation.tracks`): the detection tracks in
+:mod:`aegisbench.evaluation.detection`, fire-spread in :mod:`aegisbench.firespread.track`.
+
+>>> EvaluationParams(threshold_grid=(0.01, 0.02)).threshold_grid
+(0.01, 0.02)
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from aegisbench.evaluation.bootstrap import BootstrapParams
+from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.evaluation.matching import IOU_THRESHOLD
+from aegisbench.evaluation.results import Evaluation, write_results
+from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimits, validate_submission
+from aegisbench.evaluation.tracks import get_track
+from aegisbench.executor import Executor
+from aegisbench.fields import Range, check_fields, check_float
+from aegisbench.hashing import json_sha256
+from aegisbench.metrics import SilentFailureParams
+from aegisbench.vocab import WARP_GRID
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvaluationParams:
+    """Evaluator settings; all of them are recorded (and hashed) in the provenance."""
+
+    threshold_grid: tuple[float, ...] | None = None  # None: every distinct val score
+    max_dets: int | None = None  # per-image cap for mAP; None = never truncate
+    bootstrap: BootstrapParams = BootstrapParams()
+    silent: SilentFailureParams = SilentFailureParams()
+    limits: ValidationLimits = ValidationLimits()
+    warp_grid: int = WARP_GRID
+
+    def __post_init__(self) -> None:
+        g = self.threshold_grid
+        if g is not None:
+            if not isinstance(g, tuple) or not g:
+                raise TypeError("threshold_grid must be a non-empty tuple of floats or None")
+            for i, v in enumerate(g):
+                check_float(v, f"threshold_grid[{i}]", 0.0, 1.0)
+        check_fields(self, max_dets=Range(1, None, integer=True, optional=True), warp_grid=Range(1, None, integer=True))
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["threshold_grid"] = None if self.threshold_grid is None else list(self.threshold_grid)
+        d["bootstrap"]["percentiles"] = list(self.bootstrap.percentiles)
+        d["iou_threshold"] = IOU_THRESHOLD
+        return d
+
+    def digest(self) -> str:
+        return json_sha256(self.as_dict())
+
+
+def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationParams = EvaluationParams(),
+             progress: bool = False, executor: Executor | None = None) -> Evaluation:
+    """Score a validated submission with its track (in memory; nothing written)."""
+    return get_track(sub.meta.track).score(sub, index, params, executor, progress)
+
+
+def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegisbench",
+                        results: str | Path = "results", params: EvaluationParams = EvaluationParams(), *,
+                        verify: bool = True, progress: bool = False, executor: Executor | None = None) -> Path:
+    """Validate (raising :class:`~aegisbench.evaluation.submission.SubmissionInvalid` with
+    every problem, nothing written), score (sources on ``executor``) and write
+    ``results/<id>/``; returns the folder."""
+    index = DatasetIndex(dataset, verify=verify)
+    sub = validate_submission(submission, index, params.limits, params.warp_grid)
+    return write_results(evaluate(sub, index, params, progress=progress, executor=executor), results)
+
+
+__all__ = ["EvaluationParams", "evaluate", "evaluate_submission"]

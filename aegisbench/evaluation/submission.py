@@ -1,0 +1,356 @@
+"""Load and validate a submission folder before anything is scored.
+
+A submission is a folder (its name is the submission id) with ``submission.yaml``
+and predictions in exactly one of three forms:
+
+* ``predictions.parquet``: the contract table (``config, split, image_id, x1, y1,
+  x2, y2, score[, label]``);
+* ``predictions/<config>.json``: one COCO results list per config, ``image_id`` being
+  the integer ids of ``aegisbench export-coco`` (valid for one dataset digest);
+* ``predictions/<config>/<split>/<image_id>.txt``: Ultralytics ``save_txt`` +
+  ``save_conf`` lines ``cls cx cy w h conf`` (normalized).
+
+Optionally ``warp_patch.parquet`` (smoke track, see :mod:`aegisbench.evaluation.warp_eval`).
+Every ``(config, split)`` of the track must have predictions, including the clean
+``<source>_val`` splits; a model that found nothing in a split says so with
+``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
+Nothing is ever unpickled: YAML is read with ``safe_load``, Parquet with pyarrow
+(no pandas metadata), JSON with :mod:`json`. A ``threshold`` in ``submission.yaml``
+or a threshold column is refused: the evaluator freezes the threshold itself.
+
+>>> limits = ValidationLimits(max_dets_per_image=300)
+>>> limits.frame_tolerance_px
+2.0
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from aegisbench.errors import BadInput
+from aegisbench.fields import Range, check_fields
+from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.evaluation.formats import YOLO_FIELDS, parse_coco, parse_parquet, parse_yolo_file, read_coco_table
+from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows
+from aegisbench.hashing import file_sha256
+from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
+from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, THRESHOLD_KEYS, TRACKS, WARP_GRID, WARP_PATCH
+
+log = logging.getLogger(__name__)
+
+META_FILE = "submission.yaml"
+PARQUET_FILE = "predictions.parquet"
+PRED_DIR = "predictions"
+WARP_PATCH_FILE = "warp_patch.parquet"
+META_MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class ValidationLimits:
+    """Declared limits: file size, detections per image, how far a box may leave the frame."""
+
+    max_file_bytes: int = 2 * 1024**3
+    max_dets_per_image: int = 1000
+    frame_tolerance_px: float = 2.0
+
+    def __post_init__(self) -> None:
+        check_fields(self, max_file_bytes=Range(1, None, integer=True), max_dets_per_image=Range(1, None, integer=True),
+                     frame_tolerance_px=Range(0.0, None))
+
+
+class SubmissionInvalid(BadInput):
+    """A submission with problems; ``problems`` lists them (sorted), ``total`` counts all."""
+
+    def __init__(self, problems: Problems):
+        self.problems = problems.sorted()
+        self.total = problems.total
+        first = self.problems[0]
+        more = f" (and {self.total - 1} more problem(s))" if self.total > 1 else ""
+        super().__init__(str(first) + more)
+
+    def lines(self, limit: int = 50) -> list[str]:
+        out = [str(p) for p in self.problems[:limit]]
+        if self.total > len(out):
+            out.append(f"... and {self.total - len(out)} more problem(s)")
+        return out
+
+
+@dataclass(frozen=True)
+class SubmissionMeta:
+    name: str
+    team: str
+    track: str
+    model: str
+    contact: str
+    license: str
+    description: str
+    dataset_version: str
+    dataset_digest: str
+    no_detections: tuple[str, ...] = ()
+    extra: dict = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class ValidatedSubmission:
+    folder: Path
+    id: str
+    meta: SubmissionMeta
+    form: str  # "parquet", "coco", "yolo" (detection) or "forecasts" (fire-spread)
+    predictions: object  # the track's predictions: a PredictionTable, or fire-spread Forecasts
+    files: dict[str, str]  # relative path -> sha256 of every file in the folder
+    warp_patch: object = None  # aegisbench.evaluation.warp_eval.PatchPredictions or None
+
+
+# ------------------------------------------------------------------ meta
+
+
+def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> SubmissionMeta | None:
+    """Check ``submission.yaml``; None when it is unusable (problems recorded)."""
+    path = folder / META_FILE
+    where = str(path)
+    if not path.is_file():
+        problems.add(where, None, None, "submission.yaml not found")
+        return None
+    if path.stat().st_size > META_MAX_BYTES:
+        problems.add(where, None, None, f"file is larger than {META_MAX_BYTES} bytes")
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        problems.add(where, None, None, f"malformed YAML: {exc}")
+        return None
+    if not isinstance(raw, dict):
+        problems.add(where, None, None, "must be a mapping of fields")
+        return None
+    for key in sorted(set(map(str, raw)) & THRESHOLD_KEYS):
+        problems.add(where, None, key, "thresholds cannot be set by a submission: the evaluator freezes one "
+                     "threshold per source on the clean _val predictions (maximum F1) and applies it to every "
+                     "condition; remove this field")
+    vals = {}
+    for key in REQUIRED_FIELDS:
+        v = raw.get(key)
+        if v is None or (isinstance(v, str) and not v.strip()):
+            problems.add(where, None, key, "missing or empty")
+        elif not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            problems.add(where, None, key, f"must be a string, got {type(v).__name__}")
+        else:
+            vals[key] = str(v).strip()
+    track = vals.get("track")
+    if track is not None and track not in TRACKS:
+        problems.add(where, None, "track", f"unknown track {track!r} (expected one of {list(TRACKS)})")
+        return None
+    if "dataset_digest" in vals and vals["dataset_digest"] != index.digest:
+        problems.add(where, None, "dataset_digest", f"{vals['dataset_digest']!r} does not match the dataset's "
+                     f"manifest digest {index.digest!r}: the predictions were made on another dataset build")
+    if "dataset_version" in vals and vals["dataset_version"] != index.version:
+        problems.add(where, None, "dataset_version",
+                     f"{vals['dataset_version']!r} does not match the dataset version {index.version!r}")
+    nd = raw.get("no_detections") or []
+    if isinstance(nd, str) or not isinstance(nd, list) or not all(isinstance(x, str) for x in nd):
+        problems.add(where, None, "no_detections", "must be a list of 'config' or 'config/split' strings")
+        nd = []
+    if track is None:
+        return None
+    extra = {k: v for k, v in raw.items() if k not in REQUIRED_FIELDS and k != "no_detections"}
+    return SubmissionMeta(**{k: vals.get(k, "") for k in REQUIRED_FIELDS}, no_detections=tuple(nd), extra=extra)
+
+
+def declared_empty(meta: SubmissionMeta, keys: list[tuple[str, str]], where: str, problems: Problems
+                   ) -> set[tuple[str, str]]:
+    """The (config, split) pairs declared under ``no_detections``."""
+    out = set()
+    for i, item in enumerate(meta.no_detections):
+        config, _, split = item.partition("/")
+        hit = {(c, s) for c, s in keys if c == config and (not split or s == split)}
+        if not hit:
+            problems.add(where, None, "no_detections", f"entry {i} {item!r} names no config/split of track "
+                         f"{meta.track!r}")
+        out |= hit
+    return out
+
+
+# ------------------------------------------------------------------ forms
+
+
+def _frames(index: DatasetIndex, track: str) -> Frames:
+    sizes, split_track = {}, {}
+    for config in index.configs():
+        for split, info in index.manifest["configs"][config]["splits"].items():
+            split_track[(config, split)] = index.track_of(info["source"]) or "?"
+    for key in index.keys(track):
+        g = index.gt(*key)
+        sizes[key] = {i: (int(w), int(h)) for i, w, h in zip(g.image_ids, g.width, g.height)}
+    return Frames(sizes, set(index.configs()), split_track, track)
+
+
+def detect_form(folder: Path, problems: Problems) -> str | None:
+    """Which prediction form the folder uses ("parquet", "coco", "yolo")."""
+    forms = []
+    if (folder / PARQUET_FILE).is_file():
+        forms.append("parquet")
+    pdir = folder / PRED_DIR
+    if pdir.is_dir():
+        if any(p.suffix == ".json" for p in pdir.iterdir() if p.is_file()):
+            forms.append("coco")
+        if any(p.is_dir() for p in pdir.iterdir()):
+            forms.append("yolo")
+    if len(forms) == 1:
+        return forms[0]
+    if not forms:
+        problems.add(str(folder), None, None, f"no predictions: expected {PARQUET_FILE}, "
+                     f"{PRED_DIR}/<config>.json (COCO) or {PRED_DIR}/<config>/<split>/<image_id>.txt (YOLO)")
+    else:
+        problems.add(str(folder), None, None, f"predictions given in several forms {forms}; use exactly one")
+    return None
+
+
+def _size_ok(path: Path, limits: ValidationLimits, problems: Problems) -> bool:
+    size = path.stat().st_size
+    if size > limits.max_file_bytes:
+        problems.add(str(path), None, None, f"file is {size} bytes, larger than the limit of "
+                     f"{limits.max_file_bytes} bytes")
+        return False
+    return True
+
+
+def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, limits: ValidationLimits,
+                  problems: Problems) -> list[RawRows]:
+    if form == "parquet":
+        path = folder / PARQUET_FILE
+        return [parse_parquet(path, problems)] if _size_ok(path, limits, problems) else []
+    pdir = folder / PRED_DIR
+    if form == "coco":
+        out = []
+        for path in sorted(p for p in pdir.iterdir() if p.is_file()):
+            if path.suffix != ".json":
+                problems.add(str(path), None, None, "unexpected file: COCO results are predictions/<config>.json")
+                continue
+            config = path.stem
+            ids = {cid: (s, i) for cid, s, i in index.coco_images(config)} if config in frames.configs else {}
+            if not ids:
+                problems.add(str(path), None, None, f"no config {config!r} with detection splits in the dataset")
+                continue
+            if _size_ok(path, limits, problems):
+                out.append(parse_coco(path, config, ids, problems))
+        return out
+    parts = []
+    for cdir in sorted(p for p in pdir.iterdir()):
+        if not cdir.is_dir():
+            problems.add(str(cdir), None, None, "unexpected file: YOLO predictions are "
+                         "predictions/<config>/<split>/<image_id>.txt")
+            continue
+        for sdir in sorted(cdir.iterdir()):
+            key = (cdir.name, sdir.name)
+            if not sdir.is_dir() or key not in frames.sizes:
+                why = ("is not a folder" if not sdir.is_dir() else f"config {cdir.name!r} has no split "
+                       f"{sdir.name!r} of track {frames.track!r}")
+                problems.add(str(sdir), None, None, why)
+                continue
+            sizes = frames.sizes[key]
+            for path in sorted(sdir.iterdir()):
+                if path.suffix != ".txt" or path.stem not in sizes:
+                    problems.add(str(path), None, None, f"not <image_id>.txt of an image in {key[0]}/{key[1]}")
+                elif _size_ok(path, limits, problems):
+                    parts.append(parse_yolo_file(path, key[0], key[1], sizes[path.stem], problems))
+    return [RawRows.concat(parts, "line", YOLO_FIELDS)] if parts else []
+
+
+def _load_predictions(folder: Path, form: str, index: DatasetIndex, frames: Frames) -> PredictionTable:
+    """Read the validated files with the library readers."""
+    if form == "parquet":
+        return read_parquet_predictions(folder / PARQUET_FILE)
+    merged = {}
+    pdir = folder / PRED_DIR
+    if form == "coco":
+        with tempfile.TemporaryDirectory(prefix="aegisbench-coco-") as tmp:
+            for path in sorted(pdir.glob("*.json")):
+                merged.update(read_coco_table(path, path.stem, index, Path(tmp)))
+    else:
+        for key, sizes in sorted(frames.sizes.items()):
+            sdir = pdir / key[0] / key[1]
+            if sdir.is_dir():
+                merged.update(read_yolo_txt(sdir, sizes, *key))
+    return PredictionTable(merged)
+
+
+def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: DatasetIndex, limits: ValidationLimits,
+                               warp_grid: int, problems: Problems) -> tuple[str | None, PredictionTable | None, dict]:
+    """The detection tracks' ``Track.read``: every prediction file of the folder checked
+    (problems recorded), then read with the library readers."""
+    from aegisbench.evaluation import warp_eval
+    keys = index.keys(meta.track)
+    if not keys:
+        problems.add(str(index.repo), None, None, f"the dataset has no split of track {meta.track!r}")
+        return None, None, {}
+    frames = _frames(index, meta.track)
+    empty = declared_empty(meta, keys, str(folder / META_FILE), problems)
+    form = detect_form(folder, problems)
+    covered: set[tuple[str, str]] = set()
+    before = problems.file_level
+    for raw in _collect_rows(folder, form, index, frames, limits, problems) if form else []:
+        # rows with bad values still show that the split was predicted (no double report)
+        check_rows(raw, frames, problems, tolerance_px=limits.frame_tolerance_px, max_dets=limits.max_dets_per_image)
+        covered |= set(zip(raw.config[~raw.reported], raw.split[~raw.reported]))
+    if form and problems.file_level == before:  # coverage is only meaningful when every file was read
+        _check_coverage(folder, form, keys, covered, empty, problems)
+    patch = None
+    if (folder / WARP_PATCH_FILE).is_file():
+        if meta.track != SMOKE:
+            problems.add(str(folder / WARP_PATCH_FILE), None, None, "the WARP cloud-patch test is scored on the "
+                         "smoke track only")
+        elif _size_ok(folder / WARP_PATCH_FILE, limits, problems):
+            patch = warp_eval.read_patch_predictions(folder / WARP_PATCH_FILE, index, limits, problems, warp_grid,
+                                                    meta.extra.get(WARP_PATCH), str(folder / META_FILE))
+    if problems:
+        return form, None, {}
+    try:
+        table = _load_predictions(folder, form, index, frames)
+    except BadInput as exc:  # a reader refusing what the checks let through
+        problems.add(exc.where or str(folder), None, None, exc.message)
+        return form, None, {}
+    log.info("submission %s: %d boxes over %d images (%s form)", folder.name, table.n_boxes(), len(table), form)
+    return form, table, {WARP_PATCH: patch}
+
+
+def _check_coverage(folder: Path, form: str, keys, covered: set, empty: set, problems: Problems) -> None:
+    where = str(folder / (PARQUET_FILE if form == "parquet" else PRED_DIR))
+    for config, split in keys:
+        if (config, split) in covered and (config, split) in empty:
+            problems.add(str(folder / META_FILE), None, "no_detections",
+                         f"{config}/{split} is declared empty but has predictions")
+        elif (config, split) not in covered and (config, split) not in empty:
+            problems.add(where, None, "config", f"no predictions for config {config!r} split {split!r} "
+                         "(every config of the track is required, including the clean _val splits; declare "
+                         "a split where the model found nothing under no_detections in submission.yaml)")
+
+
+def validate_submission(folder: str | Path, index: DatasetIndex, limits: ValidationLimits = ValidationLimits(),
+                        warp_grid: int = WARP_GRID) -> ValidatedSubmission:
+    """Check everything (the shared ``submission.yaml`` checks, then the track's own
+    ``read``); raise :class:`SubmissionInvalid` listing every problem, else return the
+    loaded submission."""
+    from aegisbench.evaluation.tracks import get_track
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise BadInput("submission folder not found", where=str(folder))
+    problems = Problems()
+    entries = sorted(folder.rglob("*"))
+    for p in entries:  # nothing is read through a link
+        if p.is_symlink():
+            problems.add(str(p), None, None, "symbolic links are not accepted in a submission")
+    if problems:
+        raise SubmissionInvalid(problems)
+    meta = read_meta(folder, index, problems)
+    if meta is None:
+        raise SubmissionInvalid(problems)
+    files = {p.relative_to(folder).as_posix(): file_sha256(p) for p in entries if p.is_file()}
+    form, predictions, extras = get_track(meta.track).read(folder, meta, index, limits, warp_grid, problems)
+    if problems:
+        raise SubmissionInvalid(problems)
+    return ValidatedSubmission(folder, folder.resolve().name, meta, form, predictions, files,
+                               extras.get(WARP_PATCH))

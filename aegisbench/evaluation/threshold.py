@@ -1,0 +1,65 @@
+"""Freeze the confidence threshold: maximum F1 on clean validation, under the shared matcher.
+
+Counts at every candidate threshold come from one matching pass (see
+:mod:`aegisbench.evaluation.matching`): a prediction is kept iff
+``float32(score) >= float32(threshold)``. F1 is pooled over images,
+``2 TP / (2 TP + FP + FN)`` (0 when the denominator is 0). Ties in F1 go to the
+**higher** threshold (fewer alarms for the same F1).
+
+Candidates are the distinct prediction scores, or ``grid`` if given (seed 001 uses
+``0.01, 0.02, ..., 0.20``; see :func:`seed_001_grid`). A score-derived threshold is
+returned as the shortest decimal with the same float32 value. With no prediction at
+all the result is ``(1.0, 0.0)``.
+
+>>> import numpy as np
+>>> from aegisbench.evaluation.matching import match_images
+>>> m = match_images([np.array([[0, 0, 10, 10], [20, 20, 30, 30]])], [np.array([0.9, 0.4])],
+...                  [np.array([[0, 0, 10, 10]])])
+>>> freeze_threshold(m)
+(0.9, 1.0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from aegisbench.evaluation.matching import BatchMatch
+from aegisbench.stats import count_ratios
+
+
+def seed_001_grid() -> np.ndarray:
+    """``k / 100`` for k = 1..20 (the PyroNear2025 threshold search grid)."""
+    return np.arange(1, 21) / 100.0
+
+
+def f1_curve(match: BatchMatch, thresholds: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:
+    """Pooled TP, FP, FN, precision, recall, F1 at each threshold (vectorised, no rematching)."""
+    thr = np.asarray(thresholds, np.float64).reshape(-1)
+    thr32 = thr.astype(np.float32)
+    s = np.asarray(match.score, np.float32)
+    tp_flag = match.tp
+    s_tp, s_fp = np.sort(s[tp_flag]), np.sort(s[~tp_flag])
+    tp = len(s_tp) - np.searchsorted(s_tp, thr32, side="left")  # scores >= threshold
+    fp = len(s_fp) - np.searchsorted(s_fp, thr32, side="left")
+    fn = len(match.gt_image) - tp
+    ratios = count_ratios(np.stack([tp, fp, fn], axis=-1))
+    return {"threshold": thr, "tp": tp, "fp": fp, "fn": fn, **ratios}
+
+
+def freeze_threshold(match: BatchMatch, grid: Sequence[float] | np.ndarray | None = None) -> tuple[float, float]:
+    """``(threshold, f1)`` maximising pooled F1; ties go to the higher threshold."""
+    if grid is None:
+        cand = np.unique(np.asarray(match.score, np.float32)).astype(np.float64)
+    else:
+        cand = np.unique(np.asarray(grid, np.float64))
+        if cand.size == 0 or not np.isfinite(cand).all() or cand.min() < 0 or cand.max() > 1:
+            raise ValueError("grid must be non-empty and within [0, 1]")
+    if cand.size == 0:
+        return 1.0, 0.0
+    f1 = f1_curve(match, cand)["f1"]
+    best = np.flatnonzero(f1 == f1.max())[-1]  # candidates ascending: last = highest threshold
+    if grid is None:  # shortest decimal that is the same float32 (0.9, not 0.8999999761581421)
+        return float(np.format_float_positional(np.float32(cand[best]), unique=True)), float(f1[best])
+    return float(cand[best]), float(f1[best])

@@ -1,0 +1,190 @@
+"""Field validation, once: is it a number / an integer / a flag, does it lie in its declared
+range, is it one of the choices. A leaf (imports only numpy and :mod:`aegisbench.errors`).
+
+Parameter dataclasses declare their ranges as data and check them in ``__post_init__``:
+either a table of :class:`Range` (``BOUNDS = {"sigma": Range(0.0, 10.0)}`` and
+``check_fields(self, BOUNDS)``), or one call per field. ``error`` picks the exception:
+``ValueError`` (programming input; a type problem raises ``TypeError``) or
+:class:`~aegisbench.errors.BadInput` (user input; ``where`` is the value's location:
+file and field, or a CLI flag).
+
+>>> check_int(3, "workers", lo=1)
+3
+>>> check_float(0.5, "a", 0.0, 1.0)
+0.5
+>>> check_int(True, "workers", lo=1)
+Traceback (most recent call last):
+...
+aegisbench.fields.FieldTypeError: workers must be an integer, got True
+>>> check_float(2.0, "a", 0.0, 1.0, error=BadInput, where="params.yaml: warp.a")
+Traceback (most recent call last):
+...
+aegisbench.errors.BadInput: params.yaml: warp.a: must lie in [0.0, 1.0], got 2.0
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from aegisbench.errors import BadInput
+
+_INTS = (int, np.integer)
+_NUMBERS = (int, float, np.integer, np.floating)
+
+
+def is_int(v: object) -> bool:
+    """An integer (Python or numpy), not a bool."""
+    return isinstance(v, _INTS) and not isinstance(v, (bool, np.bool_))
+
+
+def is_number(v: object) -> bool:
+    """A real number (Python or numpy int/float), not a bool; NaN and inf count."""
+    return isinstance(v, _NUMBERS) and not isinstance(v, (bool, np.bool_))
+
+
+def is_finite_number(v: object) -> bool:
+    return is_number(v) and math.isfinite(v)
+
+
+class FieldError(ValueError):
+    """A field value out of its range; ``field`` is the field, ``detail`` the message
+    without it (to re-raise as :class:`BadInput` naming a file and field)."""
+
+    def __init__(self, label: str, detail: str, field: str | None = None):
+        self.label, self.detail, self.field = label, detail, field or label
+        super().__init__(f"{label} {detail}")
+
+
+class FieldTypeError(FieldError, TypeError):
+    """A field value of the wrong type (a ``TypeError`` and a :class:`FieldError`)."""
+
+
+def _fail(error: type, wrong_type: bool, name: str, where: str | None, message: str) -> Exception:
+    """``BadInput`` located at ``where`` (the full location of the value: file and field,
+    or a CLI flag; ``name`` when not given); ``ValueError`` gives a :class:`FieldError`
+    (:class:`FieldTypeError` for a wrong type) with ``name`` leading the message."""
+    if error is BadInput:
+        return BadInput(message, where=where or name)
+    if error is ValueError:
+        return (FieldTypeError if wrong_type else FieldError)(name, message, name.rpartition(".")[2])
+    return error(f"{name} {message}")
+
+
+def _range_text(lo, hi, lo_open: bool, hi_open: bool, integer: bool = False) -> str:
+    """``must lie in [lo, hi]`` (or ``must be [an integer] >= lo`` with one bound)."""
+    kind = "an integer " if integer else ""
+    if hi is None and lo is not None:
+        return f"must be {kind}{'>' if lo_open else '>='} {lo}"
+    if lo is None and hi is not None:
+        return f"must be {kind}{'<' if hi_open else '<='} {hi}"
+    if lo is None:
+        return f"must be {kind}finite".rstrip()
+    return f"must lie in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+
+
+def _in_range(v, lo, hi, lo_open: bool, hi_open: bool) -> bool:
+    if lo is not None and (v < lo or (lo_open and v == lo)):
+        return False
+    return not (hi is not None and (v > hi or (hi_open and v == hi)))
+
+
+def check_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, *,
+              error: type = ValueError, where: str | None = None) -> int:
+    """``v`` as an int, refusing bools, non-integers and values outside ``[lo, hi]``."""
+    if not is_int(v):
+        raise _fail(error, True, name, where, f"must be an integer, got {v!r}")
+    if not _in_range(v, lo, hi, False, False):
+        raise _fail(error, False, name, where, f"{_range_text(lo, hi, False, False, True)}, got {v}")
+    return int(v)
+
+
+def check_float(v: Any, name: str, lo: float | None = None, hi: float | None = None, *,
+                lo_open: bool = False, hi_open: bool = False, error: type = ValueError,
+                where: str | None = None) -> float:
+    """``v`` as a float: a finite number (bools refused) inside the range; an open end
+    excludes its bound."""
+    if not is_number(v):
+        raise _fail(error, True, name, where, f"must be a number, got {v!r}")
+    if not math.isfinite(v) or not _in_range(v, lo, hi, lo_open, hi_open):
+        raise _fail(error, False, name, where,
+                    f"{_range_text(lo, hi, lo_open, hi_open)}, got {v}")
+    return float(v)
+
+
+def check_bool(v: Any, name: str, *, error: type = ValueError, where: str | None = None) -> bool:
+    if not isinstance(v, bool):
+        raise _fail(error, True, name, where, f"must be true or false, got {v!r}")
+    return v
+
+
+def check_choice(v: Any, name: str, choices: Collection, *, error: type = ValueError,
+                 where: str | None = None) -> Any:
+    """``v`` if it is one of ``choices``."""
+    if v not in choices:
+        raise _fail(error, False, name, where, f"must be one of {tuple(choices)}, got {v!r}")
+    return v
+
+
+@dataclass(frozen=True)
+class Range:
+    """A declared range of one numeric field (closed unless an end is open; None: unbounded;
+    ``optional``: None is allowed too).
+
+    >>> Range(0, 1).check(0.25, "a"), Range(1, None, integer=True).check(4, "n")
+    (0.25, 4)
+    >>> Range(32, None, integer=True, optional=True).check(None, "crop") is None
+    True
+    """
+
+    lo: float | None = None
+    hi: float | None = None
+    integer: bool = False
+    lo_open: bool = False
+    hi_open: bool = False
+    optional: bool = False
+
+    def check(self, v: Any, name: str, *, error: type = ValueError, where: str | None = None):
+        if v is None and self.optional:
+            return None
+        if self.integer:
+            return check_int(v, name, self.lo, self.hi, error=error, where=where)
+        return check_float(v, name, self.lo, self.hi, lo_open=self.lo_open, hi_open=self.hi_open,
+                           error=error, where=where)
+
+
+def as_range(spec: Range | tuple) -> Range:
+    return spec if isinstance(spec, Range) else Range(*spec)
+
+
+def check_fields(obj: Any, bounds: Mapping[str, Range | tuple] | None = None, *, coerce: bool = False,
+                 error: type = ValueError, where: str | None = None, **ranges: Range | tuple) -> None:
+    """Validate the numeric fields of a (frozen) dataclass against declared ranges, for
+    ``__post_init__``. Messages name ``Class.field``; with ``error=BadInput`` the location
+    is ``<where>.<field>`` (``where``: the file and section). With ``coerce`` each value is
+    stored back as float (int for an integer range).
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class P:
+    ...     x: float = 1.0
+    ...     def __post_init__(self):
+    ...         check_fields(self, x=(0.0, 2.0))
+    >>> P(3.0)
+    Traceback (most recent call last):
+    ...
+    aegisbench.fields.FieldError: P.x must lie in [0.0, 2.0], got 3.0
+    """
+    cls = type(obj).__name__
+    for name, spec in {**(bounds or {}), **ranges}.items():
+        v = getattr(obj, name)
+        if error is BadInput:
+            value = as_range(spec).check(v, name, error=BadInput, where=f"{where}.{name}" if where else name)
+        else:
+            value = as_range(spec).check(v, f"{cls}.{name}", error=error)
+        if coerce and value is not None:
+            object.__setattr__(obj, name, value)

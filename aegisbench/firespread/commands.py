@@ -1,0 +1,108 @@
+"""CLI of the fire-spread track: ``firespread-baselines``, ``firespread-simulate``,
+``firespread-report`` and ``firespread-ndws``. Fire-spread submissions are checked and
+scored by the shared ``aegisbench validate`` / ``aegisbench evaluate``.
+
+Exit status follows the project: 0 ok, 2 bad input (one line naming file/row/field), 1 internal error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from aegisbench.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("firespread-baselines", help="write the reference forecasters' submissions")
+    p.add_argument("--dataset", default="data/aegisbench")
+    p.add_argument("--out", default="submissions", help="parent folder of the submissions")
+    p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
+    p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
+    p.add_argument("--convlstm-hidden", type=int, help="hidden channels of the ConvLSTM (default 8)")
+    p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
+    p.set_defaults(func=cmd_baselines)
+
+    p = sub.add_parser("firespread-simulate", help="run one ensemble and print its macro statistics")
+    p.add_argument("--params", default="params.yaml")
+    p.add_argument("--ic", type=int, default=0)
+    p.add_argument("--s-level", type=int, default=20)
+    p.add_argument("--realizations", type=int)
+    p.set_defaults(func=cmd_simulate)
+
+    p = sub.add_parser("firespread-report", help="seed 003 Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S "
+                       "table stratified by Var[Z_t]")
+    p.add_argument("--dataset", default="data/aegisbench")
+    p.add_argument("--results", default="results", help="results folder (fire-spread results are read from it)")
+    p.add_argument("--out", default="reports/firespread", help="report folder (replaced whole)")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("firespread-ndws", help="score forecasts on Next Day Wildfire Spread TFRecords")
+    p.add_argument("tfrecords", nargs="+", help="NDWS .tfrecord files (no TensorFlow needed)")
+    p.add_argument("--forecast", default="persistence",
+                   help="'persistence' or a Parquet file with columns sample (int), probability (64x64)")
+    p.add_argument("--out", help="write metrics.parquet and calibration.png here")
+    p.add_argument("--n-boot", type=int, default=1000)
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.set_defaults(func=cmd_ndws)
+
+
+def _positive(v: int | None, name: str) -> None:
+    if v is not None and v < 1:
+        raise BadInput("must be >= 1", where=name)
+
+
+def cmd_baselines(args) -> int:
+    from aegisbench.firespread.convlstm import ConvLSTMConfig
+    from aegisbench.firespread.baselines import write_baselines
+    from aegisbench.firespread.forecasters import BASELINES
+    names = [n.strip() for n in args.only.split(",")] if args.only else list(BASELINES)
+    bad = [n for n in names if n not in BASELINES]
+    if bad:
+        raise BadInput(f"unknown baseline(s) {bad}; expected {list(BASELINES)}", where="--only")
+    _positive(args.convlstm_steps, "--convlstm-steps")
+    _positive(args.convlstm_hidden, "--convlstm-hidden")
+    kw = {k: v for k, v in (("steps", args.convlstm_steps), ("hidden", args.convlstm_hidden)) if v is not None}
+    for folder in write_baselines(args.dataset, args.out, names, ConvLSTMConfig(**kw), dtype=args.dtype):
+        print(f"wrote {folder}")
+    return 0
+
+
+def cmd_simulate(args) -> int:
+    from aegisbench.firespread.ensemble import z_moments
+    from aegisbench.builders.firespread import run_ensemble
+    from aegisbench.firespread.layout import make_initial_condition
+    from aegisbench.firespread.params import FirespreadParams
+    from aegisbench.params import Params
+    p = FirespreadParams.load(args.params)
+    version = Params.load(args.params).benchmark_version
+    n = args.realizations or p.realizations
+    _positive(n, "--realizations")
+    if not 0 <= args.s_level <= 100:
+        raise BadInput("must lie in [0, 100]", where="--s-level")
+    ic = make_initial_condition(p, version, args.ic)
+    ens = run_ensemble(p, version, ic, args.s_level, 0, n)
+    zm, zv = z_moments(ens.ignition_time, ic.n_trees, ens.t_max + 1)
+    print(f"ic {args.ic} S{args.s_level}: {n} realizations, {ic.n_trees} trees, depletion at step "
+          f"{ens.n_steps.min()}..{ens.n_steps.max()}, final E[Z]={zm[-1]:.1f} SD[Z]={zv[-1] ** 0.5:.1f}, "
+          f"max SD[Z_t]={zv.max() ** 0.5:.1f}")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from aegisbench.firespread.report import write_report
+    files = write_report(args.dataset, args.results, args.out)
+    print(f"wrote {args.out}: " + ", ".join(f.name for f in files))
+    return 0
+
+
+def cmd_ndws(args) -> int:
+    from aegisbench.firespread.ndws import score_ndws
+    _positive(args.n_boot, "--n-boot")
+    table = score_ndws(args.tfrecords, args.forecast, out=args.out, n_boot=args.n_boot, threshold=args.threshold)
+    print(f"scored {len(args.tfrecords)} file(s): {table.num_rows} metric rows"
+          + (f" -> {args.out}" if args.out else ""))
+    return 0

@@ -1,0 +1,211 @@
+"""Fire-spread forecast submissions: the Parquet layout, the writer and the validator.
+
+A submission folder holds ``submission.yaml`` (``name``, ``team``, ``track:
+firespread``, ``model``, ``contact``, ``license``, ``description``,
+``dataset_version``, ``dataset_digest``) and ``forecasts.parquet`` with one row per
+forecast map, keyed by ``(config, initial_condition, realization, t)``:
+
+=====================  =======================================================
+``config``             string, ``firespread_s<level>``
+``initial_condition``  integer, a test initial condition
+``realization``        integer, ``0 .. eval_realizations-1``
+``t``                  integer frame, ``observe+1 .. observe+horizon``
+``probability``        list of H lists of W floats in [0, 1]: P(cell burnt at t)
+=====================  =======================================================
+
+``submission.yaml`` is checked like every track's (``aegisbench validate``); the maps'
+validation raises :class:`~aegisbench.errors.BadInput` naming ``file:row N field F``
+(0-based row): wrong type, unknown key, wrong map shape, NaN/null, a value outside
+[0, 1], a duplicate key, or missing coverage (every test key must be forecast).
+
+>>> import tempfile, pathlib
+>>> d = pathlib.Path(tempfile.mkdtemp())
+>>> keys = [("firespread_s0", 6, 0, 11)]
+>>> write_forecasts(d / "f.parquet", keys, np.zeros((1, 2, 3), np.float32))
+>>> sorted(read_forecasts(d / "f.parquet", (2, 3)))
+[('firespread_s0', 6, 0, 11)]
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from aegisbench.atomic import atomic_path, atomic_write_text
+from aegisbench.errors import BadInput
+from aegisbench.vocab import REQUIRED_FIELDS, firespread_config
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int, int, int]  # (config, initial_condition, realization, t)
+FORECASTS = "forecasts.parquet"
+META = "submission.yaml"
+META_FIELDS = REQUIRED_FIELDS  # checked by aegisbench.evaluation.submission.read_meta, as for every track
+KEY_COLUMNS = ("config", "initial_condition", "realization", "t")
+
+
+def forecast_schema(dtype: pa.DataType = pa.float32()) -> pa.Schema:
+    return pa.schema([pa.field("config", pa.string(), nullable=False),
+                      pa.field("initial_condition", pa.int32(), nullable=False),
+                      pa.field("realization", pa.int32(), nullable=False),
+                      pa.field("t", pa.int32(), nullable=False),
+                      pa.field("probability", pa.list_(pa.list_(dtype)), nullable=False)])
+
+
+def forecasts_table(keys: Sequence[Key], probs: np.ndarray, dtype: str = "float32") -> pa.Table:
+    """Arrow table of forecast maps ``probs`` (n, H, W) under ``keys``."""
+    probs = np.asarray(probs, dtype=dtype)
+    n, h, w = probs.shape
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} maps")
+    inner = pa.ListArray.from_arrays(pa.array(np.arange(0, n * h * w + 1, w, dtype=np.int32)),
+                                     pa.array(probs.reshape(-1)))
+    outer = pa.ListArray.from_arrays(pa.array(np.arange(0, n * h + 1, h, dtype=np.int32)), inner)
+    cols = list(zip(*keys)) if keys else [[], [], [], []]
+    return pa.table([pa.array(cols[0], pa.string()), pa.array(cols[1], pa.int32()),
+                     pa.array(cols[2], pa.int32()), pa.array(cols[3], pa.int32()), outer],
+                    schema=forecast_schema(pa.from_numpy_dtype(probs.dtype)))
+
+
+def write_forecasts(path: str | Path, keys: Sequence[Key], probs: np.ndarray, dtype: str = "float32") -> None:
+    """Write forecast maps atomically (zstd Parquet)."""
+    table = forecasts_table(keys, probs, dtype)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd", row_group_size=256)
+
+
+def write_submission(folder: str | Path, meta: dict, keys: Sequence[Key], probs: np.ndarray,
+                     dtype: str = "float32") -> Path:
+    """A complete submission folder (``submission.yaml`` + ``forecasts.parquet``)."""
+    folder = Path(folder)
+    missing = [f for f in META_FIELDS if f not in meta]
+    if missing:
+        raise ValueError(f"submission metadata lacks {missing}")
+    write_forecasts(folder / FORECASTS, keys, probs, dtype)
+    atomic_write_text(folder / META, yaml.safe_dump({k: meta[k] for k in META_FIELDS}, sort_keys=False))
+    return folder
+
+
+def _bad(where: str, row: int, field: str, msg: str) -> BadInput:
+    return BadInput(msg, where=f"{where}:row {row} field {field}")
+
+
+def read_forecasts(path: str | Path, shape: tuple[int, int], expected: Iterable[Key] | None = None
+                   ) -> dict[Key, np.ndarray]:
+    """Validated ``{key: (H, W) float32 map}``; with ``expected`` also checks keys and coverage."""
+    path = Path(path)
+    where = str(path)
+    if not path.is_file():
+        raise BadInput("forecast file not found", where=where)
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise BadInput(f"not a readable Parquet file ({exc})", where=where) from None
+    return forecasts_from_table(table, where, shape, expected)
+
+
+def forecasts_from_table(table: pa.Table, where: str, shape: tuple[int, int],
+                         expected: Iterable[Key] | None = None) -> dict[Key, np.ndarray]:
+    """The validation of :func:`read_forecasts` on an in-memory table (``where`` names it)."""
+    names = set(table.column_names)
+    for col in (*KEY_COLUMNS, "probability"):
+        if col not in names:
+            raise BadInput(f"missing column {col!r}", where=where)
+    configs, ints = _key_columns(table, where)
+    maps = _maps(table, where, shape)
+    out: dict[Key, np.ndarray] = {}
+    exp = None if expected is None else set(expected)
+    for i in range(table.num_rows):
+        key = (configs[i], int(ints["initial_condition"][i]), int(ints["realization"][i]), int(ints["t"][i]))
+        if key in out:
+            raise _bad(where, i, "t", f"duplicate forecast for {key}")
+        if exp is not None and key not in exp:
+            field = _unknown_field(key, exp)
+            raise _bad(where, i, field, f"no such forecast target {key}")
+        out[key] = maps[i]
+    if exp is not None and len(out) != len(exp):
+        missing = sorted(exp - set(out))
+        c, ic, r, t = missing[0]
+        raise BadInput(f"coverage: {len(missing)} of {len(exp)} forecasts missing; first: config={c} "
+                       f"initial_condition={ic} realization={r} t={t}", where=where)
+    return out
+
+
+def _key_columns(table: pa.Table, where: str) -> tuple[list, dict[str, np.ndarray]]:
+    """The validated key columns: the configs (a list of str) and the integer columns (int64)."""
+    cfg = table.column("config")
+    if not (pa.types.is_string(cfg.type) or pa.types.is_large_string(cfg.type)):
+        raise BadInput(f"column has type {cfg.type}, expected string", where=f"{where}:column config")
+    ints = {}
+    for col in KEY_COLUMNS[1:]:
+        c = table.column(col)
+        if not pa.types.is_integer(c.type):
+            raise BadInput(f"column has type {c.type}, expected integer", where=f"{where}:column {col}")
+        if c.null_count:
+            raise _bad(where, int(np.flatnonzero(c.is_null().to_numpy(zero_copy_only=False))[0]), col, "null")
+        ints[col] = c.to_numpy().astype(np.int64)
+    configs = cfg.to_pylist()
+    for i, c in enumerate(configs):
+        if not c:
+            raise _bad(where, i, "config", "empty or null")
+    return configs, ints
+
+
+def _maps(table: pa.Table, where: str, shape: tuple[int, int]) -> np.ndarray:
+    """The validated ``probability`` column as (n, H, W) float32 maps in [0, 1]."""
+    prob = table.column("probability").combine_chunks()
+    if not (pa.types.is_list(prob.type) or pa.types.is_large_list(prob.type)) or not (
+            pa.types.is_list(prob.type.value_type) or pa.types.is_large_list(prob.type.value_type)) or not (
+            pa.types.is_floating(prob.type.value_type.value_type) or pa.types.is_integer(prob.type.value_type.value_type)):
+        raise BadInput(f"column has type {prob.type}, expected list<list<float>>", where=f"{where}:column probability")
+    h, w = shape
+    n = table.num_rows
+    if prob.null_count:
+        raise _bad(where, int(np.flatnonzero(prob.is_null().to_numpy(zero_copy_only=False))[0]), "probability", "null map")
+    outer_len = np.diff(prob.offsets.to_numpy())
+    bad = np.flatnonzero(outer_len != h)
+    if bad.size:
+        raise _bad(where, int(bad[0]), "probability", f"map has {int(outer_len[bad[0]])} rows, expected {h}")
+    rows_arr = prob.flatten()
+    inner_len = np.diff(rows_arr.offsets.to_numpy()).reshape(n, h) if n else np.zeros((0, h), np.int64)
+    bad = np.flatnonzero((inner_len != w).any(axis=1))
+    if bad.size:
+        raise _bad(where, int(bad[0]), "probability", f"map rows must have {w} values")
+    vals = rows_arr.flatten()
+    if vals.null_count:
+        first = int(np.flatnonzero(vals.is_null().to_numpy(zero_copy_only=False))[0]) // (h * w)
+        raise _bad(where, first, "probability", "null value in map")
+    maps = vals.to_numpy(zero_copy_only=False).astype(np.float32).reshape(n, h, w)
+    flat = maps.reshape(n, -1)
+    nan_rows = np.flatnonzero(np.isnan(flat).any(axis=1))
+    if nan_rows.size:
+        raise _bad(where, int(nan_rows[0]), "probability", "NaN in map")
+    out_rows = np.flatnonzero(((flat < 0) | (flat > 1)).any(axis=1))
+    if out_rows.size:
+        raise _bad(where, int(out_rows[0]), "probability", "value outside [0, 1]")
+    return maps
+
+
+def _unknown_field(key: Key, expected: set[Key]) -> str:
+    """The first key field that matches no expected target (for the error message)."""
+    configs = {k[0] for k in expected}
+    if key[0] not in configs:
+        return "config"
+    if key[1] not in {k[1] for k in expected if k[0] == key[0]}:
+        return "initial_condition"
+    if key[2] not in {k[2] for k in expected if k[:2] == key[:2]}:
+        return "realization"
+    return "t"
+
+
+def expected_keys(levels: Iterable[int], ics: Iterable[int], n_realizations: int, frames) -> list[Key]:
+    """Every forecast a complete submission must contain."""
+    ics = sorted(ics)
+    return [(firespread_config(s), ic, r, int(t)) for s in sorted(levels) for ic in ics
+            for r in range(n_realizations) for t in frames]

@@ -1,0 +1,141 @@
+"""``aegisbench leaderboard``: results/ -> leaderboard/ (Parquet, Markdown, static site).
+
+The output folder is rebuilt in a staging sibling and swapped in whole, so a build is
+idempotent and a reader never sees a half-written leaderboard. Outputs carry no
+timestamps and are written in sorted order: the same results give the same bytes.
+
+Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
+(family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md`` and
+``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``). Optionally, outside ``out``:
+the metrics JSON for ``dvc metrics show`` and the severity-curve CSVs for ``dvc plots show``
+(see ``exports``). Submissions named as references are listed first and marked everywhere.
+With fire-spread results, ``firespread/`` holds the fire-spread report (seed 003 Fig. 3 from
+the dataset's statistic, the F2R-vs-F2S table by ``Var[Z_t]``) that the page also shows.
+
+>>> import polars as pl
+>>> parquet_bytes(pl.DataFrame({"a": [1.5]})) == parquet_bytes(pl.DataFrame({"a": [1.5]}))
+True
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
+from aegisbench.errors import BadInput
+from aegisbench.leaderboard.aggregate import Board, build_board
+from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
+from aegisbench.leaderboard.markdown import render_markdown
+from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
+                                            current_evaluator_version)
+from aegisbench.leaderboard.site import render_site
+from aegisbench.vocab import FIRESPREAD
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    out: Path
+    merged: tuple[str, ...]
+    skipped: tuple[Skipped, ...]
+    files: tuple[str, ...]
+    references: tuple[str, ...] = ()  # reference submissions found among the merged results
+    missing_references: tuple[str, ...] = ()  # --reference ids not among the merged results
+    metrics: Path | None = None
+    plots: tuple[str, ...] = ()  # CSV names written under the plots folder
+
+
+def parquet_bytes(df: pl.DataFrame) -> bytes:
+    """Parquet bytes of ``df`` with fixed writer settings (deterministic)."""
+    buf = io.BytesIO()
+    df.write_parquet(buf, compression="zstd", compression_level=3, statistics=True)
+    return buf.getvalue()
+
+
+def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
+    """Write every output of ``board`` under ``out`` (which must be empty or new);
+    ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None."""
+    files = []
+    if firespread is not None:
+        for name, data in firespread.files().items():
+            atomic_write_bytes(out / FIRESPREAD / name, data)
+            files.append(out / FIRESPREAD / name)
+    tables = {"leaderboard.parquet": board.long, "views/family_summary.parquet": board.families,
+              "views/floor.parquet": board.floors, "views/relative_drop.parquet": board.drops,
+              "views/ranks.parquet": board.ranks}
+    for name, df in tables.items():
+        atomic_write_bytes(out / name, parquet_bytes(df))
+        files.append(out / name)
+    skipped = [{"folder": s.folder, "problem": s.problem, "reason": s.reason} for s in board.skipped]
+    atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
+    atomic_write_text(out / "README.md", render_markdown(board, firespread_report=firespread is not None))
+    files += [out / "skipped.json", out / "README.md"]
+    files += render_site(board, out / "site", firespread=firespread)
+    return files
+
+
+def _firespread_report(board: Board, results: str | Path, dataset: str | Path):
+    """The fire-spread report of the merged fire-spread results that carry pooled strata,
+    when the dataset holds the statistic (None otherwise)."""
+    from aegisbench.builders.manifest import load_manifest
+    from aegisbench.firespread.report import STRATA_FILE, build_report
+    from aegisbench.firespread.truth import STATISTIC_CONFIG
+    subs = sorted(s for s, prov in board.provenance.items() if prov.get("track") == FIRESPREAD)
+    if not subs:
+        return None
+    manifest = load_manifest(dataset)
+    if STATISTIC_CONFIG not in manifest.get("configs", {}):
+        log.warning("fire-spread results but no %s in %s: no fire-spread report", STATISTIC_CONFIG, dataset)
+        return None
+    with_strata = [s for s in subs if (Path(results) / s / STRATA_FILE).is_file()]
+    for s in sorted(set(subs) - set(with_strata)):
+        log.warning("%s: no %s (evaluated before pooled strata existed): not in the F2R-vs-F2S table", s, STRATA_FILE)
+    return build_report(dataset, results, with_strata, manifest=manifest)
+
+
+def _references(references) -> tuple[str, ...]:
+    refs = []
+    for ref in references or ():
+        if not isinstance(ref, str) or not ref.strip() or ref != ref.strip() or "/" in ref:
+            raise BadInput(f"--reference must be a submission id (a results folder name), got {ref!r}")
+        if ref not in refs:
+            refs.append(ref)
+    return tuple(refs)
+
+
+def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
+                      evaluator_version: str | None = None, references=(),
+                      metrics: str | Path | None = None, plots: str | Path | None = None) -> BuildReport:
+    """Merge every current, well-formed results folder and publish ``out`` atomically.
+
+    ``references``: submission ids of the reference detector(s), listed first and marked;
+    ids not among the merged results are logged and reported (not an error).
+    ``metrics`` / ``plots``: also write the DVC metrics JSON / severity-curve folder.
+    """
+    refs = _references(references)
+    check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
+    expect = Expectation(dataset_digest=current_dataset_digest(dataset),
+                         evaluator_version=evaluator_version or current_evaluator_version())
+    entries, skipped = collect_results(results, expect)
+    board = build_board(entries, skipped, expect, references=refs)
+    missing = tuple(r for r in refs if r not in board.references)
+    for ref in missing:
+        log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
+    firespread = _firespread_report(board, results, dataset)
+    out = Path(out)
+    with staged_dir(out) as staging:
+        files = write_board(board, staging, firespread)
+    rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
+    log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
+    metrics_path = write_metrics(board, metrics) if metrics is not None else None
+    curves = tuple(p.name for p in write_plots(board, plots)) if plots is not None else ()
+    return BuildReport(out=out, merged=tuple(sorted(e.folder for e in entries)),
+                       skipped=board.skipped, files=rel, references=board.references,
+                       missing_references=missing, metrics=metrics_path, plots=curves)

@@ -1,0 +1,51 @@
+"""CLI command ``leaderboard`` (wired in via ``register(subparsers)``); ``publish`` (the dataset
+repo to the Hub) lives with the dataset repo, in :mod:`aegisbench.builders.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "leaderboard", help="build leaderboard/ (Parquet, Markdown, static site) from results/",
+        description="Merge every current results/<id>/ into leaderboard/: long-format Parquet, README.md and a "
+                    "static site, per condition with intervals (never one averaged score). Optionally also "
+                    "write the per-condition metrics for `dvc metrics show` and the severity curves for "
+                    "`dvc plots show`.")
+    p.add_argument("--results", default="results", help="folder of results/<id>/ (default results)")
+    p.add_argument("--dataset", default="data/aegisbench",
+                   help="dataset repo whose manifest digest results must match (default data/aegisbench)")
+    p.add_argument("--out", default="leaderboard", help="output folder (default leaderboard)")
+    p.add_argument("--evaluator-version", default=None,
+                   help="current evaluator version (default: the installed evaluator's)")
+    p.add_argument("--reference", action="append", default=[], metavar="ID",
+                   help="submission id of a reference detector (trained in the pipeline from its YAML): its "
+                        "rows come first and are marked in every table (repeatable; an id with no merged "
+                        "results is a warning)")
+    p.add_argument("--metrics", default=None, metavar="FILE",
+                   help="also write FILE (.json) for `dvc metrics show`: per track, submission, source and "
+                        "primary metric, every condition's value with [lo, hi], plus the floor and where")
+    p.add_argument("--plots", default=None, metavar="DIR",
+                   help="also rebuild DIR with severity curves for `dvc plots show` (template `severity`): "
+                        "one CSV per track, source and corruption, columns model,severity,value,lo,hi")
+    p.add_argument("--strict", action="store_true", help="exit 2 if any results folder was skipped")
+    p.set_defaults(func=cmd_leaderboard)
+
+
+def cmd_leaderboard(args) -> int:
+    from aegisbench.leaderboard.build import build_leaderboard
+
+    report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
+                               references=args.reference, metrics=args.metrics, plots=args.plots)
+    for s in report.skipped:
+        print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
+    # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard
+    print(f"leaderboard {report.out}: {len(report.merged)} results merged, {len(report.skipped)} skipped; "
+          f"open {report.out}/site/index.html")
+    if report.metrics is not None:
+        print(f"metrics {report.metrics} (dvc metrics show)")
+    if args.plots is not None:
+        print(f"severity curves {args.plots}: {len(report.plots)} CSV file(s) (dvc plots show)")
+    return 2 if args.strict and report.skipped else 0

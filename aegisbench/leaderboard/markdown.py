@@ -1,0 +1,226 @@
+"""``leaderboard/README.md``: per track and source, every condition with its interval.
+
+Submitter text is HTML-escaped and Markdown-escaped, so a model named
+``<script>`` stays text on any Markdown renderer.
+
+>>> md_escape("<b>a|b</b>")
+'&lt;b&gt;a\\\\|b&lt;/b&gt;'
+>>> md_code("low_light_s3")
+'`low_light_s3`'
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from aegisbench.leaderboard.aggregate import Board
+from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
+                                           floor_rows, fmt_interval, fmt_value, glossary, is_collapse, label,
+                                           primary_metric, rank_groups, sections)
+from aegisbench.metrics import selection
+from aegisbench.vocab import CLEAN, FIRESPREAD, WARP_GRID, WARP_NOISE, WARP_PATCH, config_kind, family_rank
+
+COLLAPSE = "⛔"
+SILENT = "⚠"
+# which metrics get a per-condition table (registered names, checked on import)
+MARKDOWN_METRICS = {FIRESPREAD: selection("f1", "average_precision", "brier", "ece", "excess_brier")}
+DETECTION_MARKDOWN = selection("recall", "precision", "map50", "fp")
+
+
+def md_escape(text: str) -> str:
+    """Escape text for a Markdown table cell (HTML, pipes, emphasis, newlines)."""
+    text = html.escape(str(text), quote=True)
+    text = re.sub(r"([\\`*_\[\]|~])", r"\\\1", text)
+    return " ".join(text.split())
+
+
+def md_code(text: str) -> str:
+    """A code span: its content is literal in Markdown, so only pipes and backticks need care."""
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _table(header: list[str], rows: list[list[str]], align: list[str] | None = None) -> list[str]:
+    align = align or ["---"] * len(header)
+    return [_row(header), _row(align), *(_row(r) for r in rows)]
+
+
+def _name(m: ModelRow | dict, references: tuple[str, ...] = ()) -> str:
+    """The escaped model name, with the reference mark on reference submissions."""
+    if isinstance(m, dict):  # a rank-view row
+        return md_escape(m["model"]) + (f" {REFERENCE_MARK}" if m["submission"] in references else "")
+    return md_escape(m.model) + (f" {REFERENCE_MARK}" if m.reference else "")
+
+
+def _thr(value: float | None) -> str:
+    return "none" if value is None else f"{value:.3f}"
+
+
+def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
+    c = section.cell(sub, config, metric)
+    if c is None:
+        return "—"
+    text = fmt_value(metric, c["value"])
+    ci = fmt_interval(metric, c["lo"], c["hi"])
+    if is_collapse(metric, c["value"], c["lo"], c["hi"]):
+        text = f"**{text}** {ci} {COLLAPSE}"
+    elif ci:
+        text = f"{text} {ci}"
+    if section.silent(sub, config):
+        text += f" {SILENT}"
+    return text
+
+
+def _section(board: Board, section: Section) -> list[str]:
+    out = [f"## {md_escape(section.track)} · {md_escape(section.source)}", ""]
+    main = primary_metric(section)
+    floors = floor_rows(board, section, main) if main else {}
+    rows = []
+    for m in section.models:
+        fl = floors.get(m.submission)
+        clean = _cell_text(section, m.submission, CLEAN, main) if main else "—"
+        floor = (f"{fmt_value(main, fl['floor'])} {fmt_interval(main, fl['lo'], fl['hi'])} at "
+                 + ", ".join(md_code(a) for a in fl["at"])) if fl else "—"
+        rows.append([_name(m), md_escape(m.team), md_code(m.submission),
+                     _thr(m.threshold), clean, floor])
+    order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
+             else "alphabetical")
+    out += [f"Models ({order}; there is no overall rank). Clean and floor are {label(main, section.track)}.", ""]
+    out += _table(["model", "team", "submission", "frozen threshold", f"clean {label(main, section.track)}",
+                   f"floor: worst {label(main, section.track)} (where)"], rows)
+    out.append("")
+    heads = ["condition", "family", "sev."] + [
+        f"{_name(m)} (τ {_thr(m.threshold)})" for m in section.models]
+    for metric in [m for m in MARKDOWN_METRICS.get(section.track, DETECTION_MARKDOWN) if m in section.metrics]:
+        out += [f"### {label(metric, section.track)} per condition", ""]
+        body = [[md_code(c["config"]), md_escape(c["family"] or ""),
+                 str(c["severity"])] + [_cell_text(section, m.submission, c["config"], metric)
+                                        for m in section.models] for c in section.conditions]
+        out += _table(heads, body, ["---", "---", "--:"] + ["--:"] * len(section.models))
+        out.append("")
+    out += _warp(section)
+    if main:
+        out += _families(board, section, main) + _ranks(board, section, main)
+    return out
+
+
+WARP_PATCH_METRICS = selection("alpha", "beta", "gamma")
+
+
+def _warp(section: Section) -> list[str]:
+    """Seed 000's two WARP tables: mAP loss per noise level, and the patch deception rates."""
+    noise = [c for c in section.conditions if config_kind(c["config"]) == WARP_NOISE]
+    patch = any(c["config"] == WARP_PATCH for c in section.conditions)
+    if not noise and not patch:
+        return []
+    out = ["### WARP (seed 000)", ""]
+    names = [_name(m) for m in section.models]
+    if noise:
+        out += ["Global noise `x' = (1 - a) x + a σ r` (at the model input for wrapped detectors, on "
+                "the stored frame for prediction files; see the dataset card). The mAP loss is "
+                "`100 (mAP_clean - mAP_a) / mAP_clean`, a positive percentage as in the seed's "
+                "tables: **lower is better** (negative: the noise raised mAP).", ""]
+        body = [[md_code(c["config"])] + [_cell_text(section, m.submission, c["config"], "warp_map_loss")
+                                          for m in section.models] for c in noise]
+        out += _table(["noise level", *(f"{n}: {label('warp_map_loss')}" for n in names)], body,
+                      ["---"] + ["--:"] * len(names)) + [""]
+    if patch:
+        out += [f"Cloud-patch deception test ({WARP_GRID * WARP_GRID} positions per smoke-positive image at "
+                "the default grid): lower is better for all three.", ""]
+        body = [[label(metric)] + [_cell_text(section, m.submission, WARP_PATCH, metric) for m in section.models]
+                for metric in WARP_PATCH_METRICS]
+        out += _table(["rate", *names], body, ["---"] + ["--:"] * len(names)) + [""]
+    return out
+
+
+def _families(board: Board, section: Section, metric: str) -> list[str]:
+    cells = family_cells(board, section, metric)
+    if not cells:
+        return []
+    fams = sorted({(k[1], k[2]) for k in cells if k[2] is not None}, key=lambda fs: (family_rank(fs[0]), fs))
+    out = [f"### Per-family summary of {label(metric, section.track)} (beside, not instead of, the cells above)", "",
+           "Each cell is the mean over the family's corruptions at that severity, with the range "
+           "(min–max) across them; the number of conditions it covers is in the header.", ""]
+    heads = ["model"] + [f"{fam} s{sev} ({cells_n(cells, fam, sev)})" for fam, sev in fams]
+    body = []
+    for m in section.models:
+        row = [_name(m)]
+        for fam, sev in fams:
+            r = cells.get((m.submission, fam, sev))
+            row.append("—" if r is None else f"{fmt_value(metric, r['mean'])} "
+                       f"({fmt_value(metric, r['min'])}–{fmt_value(metric, r['max'])})")
+        body.append(row)
+    return out + _table(heads, body) + [""]
+
+
+def cells_n(cells: dict, fam: str, sev: int) -> int:
+    return max((r["n_conditions"] for k, r in cells.items() if k[1] == fam and k[2] == sev), default=0)
+
+
+def _ranks(board: Board, section: Section, metric: str) -> list[str]:
+    ranked = rank_groups(board, section, metric)
+    if not ranked:
+        return []
+    out = [f"### Order within each condition ({label(metric, section.track)})", "",
+           "Models whose intervals overlap are one tied group `{…}`; `>` separates groups "
+           "whose intervals are disjoint. Ranks are never combined across conditions.", ""]
+    body = []
+    for cond, groups in ranked:
+        parts = []
+        for g in groups:
+            names = ", ".join(_name(r, board.references) for r in g)
+            parts.append(f"{g[0]['rank']}. {{{names}}}" if len(g) > 1 else f"{g[0]['rank']}. {names}")
+        body.append([md_code(cond["config"]), " > ".join(parts)])
+    return out + _table(["condition", "order (best first)"], body) + [""]
+
+
+def render_markdown(board: Board, firespread_report: bool = False) -> str:
+    """The whole README.md of the leaderboard (deterministic); ``firespread_report``: link the
+    fire-spread report written beside it."""
+    secs = sections(board)
+    out = ["# AegisBench leaderboard", "",
+           f"Built by `aegisbench leaderboard` from {len(board.provenance)} results folder(s), "
+           f"dataset digest `{board.expect.dataset_digest}`, evaluator version "
+           f"{md_code(board.expect.evaluator_version)}. Open `site/index.html` for heat maps, "
+           "severity curves and one page per model.", "",
+           "Every number is one condition of one model with its 95% bootstrap interval `[lo, hi]`; "
+           "nothing is averaged into a single score. τ is the model's confidence threshold, frozen "
+           f"on clean validation data. {COLLAPSE} collapse: value 0 with interval [0, 0]. "
+           f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign).", ""]
+    if board.references:
+        out += [f"{REFERENCE_MARK} {REFERENCE_NOTE}: "
+                + ", ".join(md_code(r) for r in board.references) + ".", ""]
+    if board.skipped:
+        out += ["## Skipped results folders", "", "These were not merged:", ""]
+        out += _table(["folder", "problem", "reason"], [
+            [md_code(s.folder), s.problem, md_escape(s.reason)] for s in board.skipped])
+        out.append("")
+    if not secs:
+        out += ["No current results yet.", ""]
+    for section in secs:
+        out += _section(board, section)
+        if section.track == FIRESPREAD and firespread_report:
+            out += ["Seed 003's Fig. 3 (SD[Z_t] over t per S-Level, from the statistic) and the F2R-vs-F2S "
+                    "table by Var[Z_t] (all S-Levels pooled, with the ECE floor): "
+                    "[`firespread/README.md`](firespread/README.md).", ""]
+    out += _glossary(secs)
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _glossary(secs: list[Section]) -> list[str]:
+    """What every metric in the tables above is (from the metric registry)."""
+    entries = glossary({m for s in secs for m in s.metrics})
+    if not entries:
+        return []
+    rows = [[md_code(e["name"]), md_escape(e["label"]), e["better"], e["range"], md_escape(e["unit"]),
+             e["interval"], md_escape(e["description"])] for e in entries]
+    return ["## Metrics", "", "Direction, range and meaning of every metric above, from the metric registry "
+            "(`aegisbench.metrics`).", "",
+            *_table(["metric", "label", "better", "range", "unit", "interval", "description"], rows), ""]

@@ -1,0 +1,56 @@
+"""Metrics of the three tracks and the one registry every output reads.
+
+* :mod:`~aegisbench.metrics.registry`: :class:`MetricSpec` (name, tracks, direction,
+  bounds, unit, label, description, interval) and the registry, which refuses a name twice;
+* :mod:`~aegisbench.metrics.per_condition`: the per-condition detection metrics, one
+  decorated function per row name (``@metric``) or family (``@metric_group``), run by the
+  evaluator on every condition (:mod:`~aegisbench.metrics.condition`);
+* :mod:`~aegisbench.metrics.declared`: names computed in bulk by a track's scorer
+  (fire-spread cells, the WARP patch test, the clean validation rows);
+* plain functions: :mod:`~aegisbench.metrics.detection` (P / R / F1, size bands,
+  localization, silent failure, effectiveness S), :mod:`~aegisbench.metrics.smoke`
+  (image level, time to detect), :mod:`~aegisbench.metrics.warp` and
+  :mod:`~aegisbench.metrics.forecast` (Brier, calibration, AP).
+
+Importing the package registers every metric.
+
+>>> recall([[3, 1, 1], [0, 0, 2]]), precision([[3, 1, 1]]), round(f1([[3, 1, 1]]), 4)
+(0.5, 0.75, 0.75)
+>>> REGISTRY["recall"].direction, REGISTRY["brier"].direction, "f2r_f1" in REGISTRY
+('higher', 'lower', False)
+"""
+
+from aegisbench.metrics.registry import (DIRECTIONS, HIGHER, LOWER, REGISTRY, UNBOUNDED, UNORDERED, Family,
+                                         MetricRegistry, MetricSpec, declare, family, higher_is_better, label,
+                                         metric, metric_group, selection, sign, spec)
+from aegisbench.metrics.detection import (SIZE_BANDS, SilentFailureParams, _counts_update, _eff_terms, _ratio,
+                                          effectiveness_breakdown, effectiveness_interval, effectiveness_score, f1,
+                                          localization_stability, precision, recall, recall_by_size,
+                                          relative_drop, silent_failure, size_band)
+from aegisbench.metrics.smoke import (correct_frames, image_counts, image_level_prf, image_positive,
+                                      sequence_delays, time_to_detect, time_to_detect_summary)
+from aegisbench.metrics.warp import (deception_counts, deception_heatmap, flip_probabilities, gamma_count_table,
+                                     gamma_rates, map_percent_loss, warp_summary)
+from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibration_update, _check_prob,
+                                         _pr_curve, auc_pr_trapezoid, average_precision, brier_decomposition,
+                                         brier_score, calibration_curve, expected_calibration_error,
+                                         weighted_pr_areas)
+from aegisbench.metrics.condition import Cell, ConditionBootstrap, ConditionContext, condition_cells
+from aegisbench.metrics import per_condition as _per_condition  # noqa: F401  (registers the metrics)
+from aegisbench.metrics.declared import SD_MAPS
+from aegisbench.metrics.per_condition import (EFFECTIVENESS_BY_SIZE, RECALL_BY_SIZE, RELATIVE_DROP,
+                                              effectiveness_of, sequence_delays_of)
+
+__all__ = [
+    "DIRECTIONS", "EFFECTIVENESS_BY_SIZE", "HIGHER", "LOWER", "RECALL_BY_SIZE", "REGISTRY", "RELATIVE_DROP",
+    "SD_MAPS", "SIZE_BANDS", "UNBOUNDED", "UNORDERED", "Cell", "ConditionBootstrap", "ConditionContext", "Family",
+    "MetricRegistry", "MetricSpec", "SilentFailureParams", "auc_pr_trapezoid", "average_precision",
+    "brier_decomposition", "brier_score", "calibration_curve", "condition_cells", "correct_frames",
+    "deception_counts", "deception_heatmap", "declare", "effectiveness_breakdown", "effectiveness_interval",
+    "effectiveness_of", "effectiveness_score", "expected_calibration_error", "f1", "family",
+    "flip_probabilities", "gamma_count_table", "gamma_rates", "higher_is_better", "image_counts",
+    "image_level_prf", "image_positive", "label", "localization_stability", "map_percent_loss", "metric",
+    "metric_group", "precision", "selection", "recall", "recall_by_size", "relative_drop", "sequence_delays",
+    "sequence_delays_of", "sign", "silent_failure", "size_band", "spec", "time_to_detect",
+    "time_to_detect_summary", "warp_summary", "weighted_pr_areas",
+]

@@ -1,0 +1,52 @@
+"""CLI command ``run``: the whole pipeline under ``dvc repro``, then where the page is.
+
+>>> import argparse
+>>> parser = argparse.ArgumentParser(prog="aegisbench")
+>>> register(parser.add_subparsers(dest="command"))
+>>> parser.parse_args(["run", "--fast"]).fast_dir
+'runs/fast'
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from aegisbench.builders.commands import executor_args
+from aegisbench.errors import BadInput
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="the whole pipeline under dvc repro (sources -> build -> reference "
+                       "detector -> detect -> evaluate -> leaderboard); prints where the page is")
+    p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    p.add_argument("--fast", action="store_true",
+                   help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
+    p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast (default runs/fast)")
+    executor_args(p)
+    p.set_defaults(func=cmd_run)
+
+
+def cmd_run(args) -> int:
+    from aegisbench.executor import export_env
+    from aegisbench.params import Params
+    from aegisbench.pipeline.project import PAGE, check_runnable, dvc_repro, fast_params, prepare_project
+
+    checkout = Path.cwd()
+    check_runnable(checkout)
+    params = Params.load(args.params)  # validates before anything runs
+    export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
+    if args.fast:
+        project = prepare_project(checkout, args.fast_dir, fast_params(params.raw))
+    else:
+        if Path(args.params).resolve() != (checkout / "params.yaml").resolve():
+            raise BadInput("dvc repro reads ./params.yaml; edit it (or use --fast)", where="--params")
+        project = checkout
+    rc = dvc_repro(project)
+    if rc != 0:
+        print(f"dvc repro failed (exit {rc}); the published leaderboard was left as it was", file=sys.stderr)
+        return rc
+    print(f"dataset repo: {project / params.dataset_dir}")
+    print(f"leaderboard page: {project / PAGE}")
+    return 0

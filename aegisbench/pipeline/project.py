@@ -1,0 +1,128 @@
+"""The DVC project of the pipeline, on the default or on a fast variant.
+
+``aegisbench run`` runs ``dvc repro`` in the checkout (sources -> build -> reference
+detector training -> detect -> reference forecasters -> evaluate -> leaderboard) and prints
+where the leaderboard page is. ``aegisbench run --fast`` runs the same ``dvc.yaml`` in a
+scratch DVC project (``runs/fast``) whose ``params.yaml`` is the checkout's with
+:data:`FAST_OVERRIDES` applied: a few images per source, one condition per family kind,
+a 16x16 fire-spread grid and one-epoch training, so the full chain runs in minutes.
+
+>>> p = fast_params({"sources": {"synthetic_sar": {"options": {}}}, "build": {}, "submissions": ["a"],
+...                  "reference_detector": {"sources": {}}})
+>>> p["sources"]["synthetic_sar"]["options"]["n_test"], p["firespread"]["grid"], p["submissions"]
+(3, [16, 16], ['a'])
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from aegisbench.atomic import atomic_write_text
+from aegisbench.errors import BadInput
+
+log = logging.getLogger(__name__)
+
+PAGE = Path("leaderboard/site/index.html")
+PROJECT_FILES = ("dvc.yaml",)
+PROJECT_DIRS = ("aegisbench",)  # dvc.yaml's code deps (the package, templates included)
+FAST_SOURCES = {
+    "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
+                      "small_size": [320, 320], "large_size": [640, 480]},
+    "synthetic_smoke": {"n_train": 3, "n_val": 1, "n_test": 1, "frames_per_sequence": 3, "size": [320, 240]},
+}
+FAST_OVERRIDES = {
+    "build": {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"],
+              "warp_noise_levels": [0.1]},
+    "firespread": {"grid": [16, 16], "s_levels": [0, 30], "realizations": 20, "initial_conditions": 3,
+                   "test_initial_conditions": [2], "realizations_per_shard": 10, "max_steps": 200,
+                   "forecast": {"observe": 3, "horizon": 5, "threshold": 0.5, "eval_realizations": 2}},
+    "warp": {"grid": 3, "max_images": 1},
+    "reference_forecasters": {"convlstm_steps": 2, "convlstm_hidden": 4},
+    "evaluation": {"n_resamples": 50},
+    "reference_detector": {"epochs": 1, "max_images": 4},
+}
+
+
+def fast_params(raw: dict) -> dict:
+    """The fast variant of a ``params.yaml`` mapping (sections merged one level deep)."""
+    out = copy.deepcopy(raw)
+    for name, opts in FAST_SOURCES.items():
+        if name in out.get("sources", {}):
+            out["sources"][name]["options"] = dict(opts)
+    for section, values in FAST_OVERRIDES.items():
+        merged = dict(out.get(section) or {})
+        merged.update(copy.deepcopy(values))
+        out[section] = merged
+    for src in (out.get("reference_detector") or {}).get("sources", {}).values():
+        src["epochs"] = FAST_OVERRIDES["reference_detector"]["epochs"]
+    return out
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    for key in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+        env.setdefault(key, "aegisbench")
+    for key in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        env.setdefault(key, "aegisbench@localhost")
+    return env
+
+
+def _call(args: list[str], cwd: Path) -> None:
+    proc = subprocess.run(args, cwd=cwd, env=_env(), capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed in {cwd}:\n{proc.stdout}{proc.stderr}")
+
+
+def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Path:
+    """A scratch git + DVC project at ``dest`` running the checkout's ``dvc.yaml`` on
+    ``params`` (code folders refreshed; earlier outputs and DVC cache kept, so a rerun
+    only recomputes what changed)."""
+    checkout, dest = Path(checkout).resolve(), Path(dest).resolve()
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_DIRS:
+        shutil.rmtree(dest / name, ignore_errors=True)
+        shutil.copytree(checkout / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in PROJECT_FILES:
+        shutil.copy(checkout / name, dest / name)
+    (dest / "submissions").mkdir(exist_ok=True)
+    if (checkout / "submissions/README.md").is_file():
+        shutil.copy(checkout / "submissions/README.md", dest / "submissions/README.md")
+    atomic_write_text(dest / "params.yaml", yaml.safe_dump(params, sort_keys=False))
+    if not (dest / ".git").exists():
+        atomic_write_text(dest / ".gitignore", "__pycache__/\n")
+        _call(["git", "init", "-q"], dest)
+    if not (dest / ".dvc").exists():
+        _call([sys.executable, "-m", "dvc", "init", "-q"], dest)
+        _call([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)
+    template = checkout / ".dvc/plots"
+    if template.is_dir():
+        shutil.copytree(template, dest / ".dvc/plots", dirs_exist_ok=True)
+    return dest
+
+
+def dvc_repro(project: str | Path) -> int:
+    """Run ``dvc repro`` in ``project`` (output streamed); returns its exit status."""
+    return subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=project, env=_env()).returncode
+
+
+def check_runnable(checkout: Path) -> None:
+    """The checks that would otherwise fail half-way through the pipeline."""
+    if not (checkout / "dvc.yaml").is_file() or not (checkout / "params.yaml").is_file():
+        raise BadInput("no dvc.yaml/params.yaml here; run from the AegisBench checkout", where=str(checkout))
+    if shutil.which("git") is None:
+        raise BadInput("git is not installed (DVC needs it)", where="PATH")
+    try:
+        import torch  # noqa: F401
+        import ultralytics  # noqa: F401
+    except ImportError:
+        raise BadInput("the reference detector needs the detect extra: pip install -e \".[detect]\"",
+                       where="python environment") from None
