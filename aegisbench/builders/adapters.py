@@ -39,6 +39,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from aegisbench.fields import check_int
 from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.source_table import SourceRecord, encode_png
@@ -122,9 +123,8 @@ class SourceSpec:
                 raise ValueError(f"group_pattern is not a valid regex: {exc}") from None
             if rx.groups < 1:
                 raise ValueError("group_pattern needs a capturing group (the group id)")
-        d = self.phash_max_distance
-        if d is not None and (isinstance(d, bool) or not isinstance(d, int) or not 0 <= d <= 64):
-            raise ValueError(f"phash_max_distance must be None or an int in [0, 64], got {d!r}")
+        if self.phash_max_distance is not None:
+            check_int(self.phash_max_distance, "phash_max_distance", 0, 64)
         if self.split_key is not None and not isinstance(self.split_key, str):
             raise TypeError("split_key must be a string")
 

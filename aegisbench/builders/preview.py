@@ -24,6 +24,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from aegisbench.fields import check_int
 from aegisbench.atomic import atomic_write_bytes
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
@@ -45,9 +46,7 @@ def contact_sheet(records: Iterable[SourceRecord], path: str | Path, columns: in
     """
     for name, value, lo in (("columns", columns, 1), ("thumb", thumb, 32),
                             ("max_images", max_images, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-            raise BadInput(f"{name} must be an integer >= {lo}, got {value!r}",
-                           where="contact_sheet")
+        check_int(value, name, lo=lo, error=BadInput, where=f"contact_sheet: {name}")
     tiles = [_tile(rec, thumb, draw_boxes) for rec in islice(records, max_images)]
     if not tiles:
         raise BadInput("no images to put on the contact sheet", where=str(path))
@@ -102,8 +101,7 @@ def write_previews(tables: dict[str, str | Path], out_dir: str | Path, *, versio
     """
     from aegisbench.corruptions.preview import preview_grid
 
-    if isinstance(cell, bool) or not isinstance(cell, int) or cell < 16:
-        raise BadInput(f"must be at least 16, got {cell!r}", where="--cell")
+    check_int(cell, "cell", lo=16, error=BadInput, where="--cell")
     out_dir = Path(out_dir)
     written, found = [], False
     for name, path in tables.items():

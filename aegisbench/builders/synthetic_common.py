@@ -11,6 +11,7 @@ import math
 import cv2
 import numpy as np
 
+from aegisbench import fields
 from aegisbench.errors import BadInput
 
 
@@ -43,22 +44,20 @@ def every(index: int, fraction: float) -> bool:
 
 
 def check_int(obj, name: str, minimum: int, where: str) -> None:
-    v = getattr(obj, name)
-    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-        raise BadInput(f"{name} must be an integer >= {minimum}, got {v!r}", where=where)
+    """Field ``name`` of a generator config: an integer >= ``minimum`` (``BadInput`` at ``where.name``)."""
+    fields.check_int(getattr(obj, name), name, lo=minimum, error=BadInput, where=f"{where}.{name}")
 
 
 def check_fraction(obj, name: str, where: str) -> None:
-    v = getattr(obj, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-        raise BadInput(f"{name} must be a number in [0, 1], got {v!r}", where=where)
+    """Field ``name``: a number in [0, 1]."""
+    fields.check_float(getattr(obj, name), name, 0.0, 1.0, error=BadInput, where=f"{where}.{name}")
 
 
 def as_pair(obj, name: str, minimum: int, where: str) -> tuple[int, int]:
     """Validate a pair of ints (lists from YAML accepted) and store it as a tuple."""
     v = getattr(obj, name)
     if (not isinstance(v, (tuple, list)) or len(v) != 2
-            or any(isinstance(x, bool) or not isinstance(x, int) or x < minimum for x in v)):
+            or any(not fields.is_int(x) or x < minimum for x in v)):
         raise BadInput(f"{name} must be two integers >= {minimum}, got {v!r}", where=where)
     object.__setattr__(obj, name, tuple(v))
     return tuple(v)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from aegisbench.fields import check_float
 from aegisbench.builders.source_table import SPLITS, SourceRecord
 from aegisbench.builders.synthetic_common import as_pair, check_fraction, check_int, every, value_noise
 from aegisbench.errors import BadInput
@@ -70,9 +71,8 @@ class SyntheticSmokeConfig:
         if self.negative_fraction + self.from_start_fraction > 1.0:
             raise BadInput("negative_fraction + from_start_fraction must be <= 1", where=where)
         for name in ("frame_interval_s", "min_alpha_mass"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e6:
-                raise BadInput(f"{name} must be a positive number, got {v!r}", where=where)
+            check_float(getattr(self, name), name, 0.0, 1e6, lo_open=True, hi_open=True, error=BadInput,
+                        where=f"{where}.{name}")
         if not isinstance(self.target_label, str) or not self.target_label:
             raise BadInput("target_label must be a non-empty string", where=where)
 

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from aegisbench.fields import is_int
 from aegisbench.evaluation.bootstrap import Resamples, condition_intervals, count_intervals, percentile_interval
 from aegisbench.stats import resample_indices
 from aegisbench.metrics import (REGISTRY, ConditionBootstrap, ConditionContext, condition_cells, effectiveness_of,
@@ -60,7 +61,7 @@ class ConditionScorer:
         corruption = meta.get("corruption") if config != CLEAN else None
         corruption = corruption if isinstance(corruption, str) and corruption else None
         return {"corruption": corruption, "family": family_of(meta) if corruption else None,
-                "severity": int(sev) if isinstance(sev, (int, np.integer)) and not isinstance(sev, bool) else 0}
+                "severity": int(sev) if is_int(sev) else 0}
 
     def add(self, config: str, metric: str, value, interval=None, n: int | None = None) -> None:
         """One row; ``metric`` must be registered (``ValueError`` otherwise)."""

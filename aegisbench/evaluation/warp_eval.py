@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from aegisbench.fields import is_int
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.formats import number_column, read_parquet_checked
 from aegisbench.evaluation.rows import BOX, Frames, Problems, RawRows, check_rows
@@ -77,7 +78,7 @@ def patch_images(index: DatasetIndex) -> dict[tuple[str, str], tuple[int, int]]:
 
 
 def _pos_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+    return is_int(v) and v >= 1
 
 
 def patch_settings(declared, default_grid: int, known: dict, where: str, problems: Problems):

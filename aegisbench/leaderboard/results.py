@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from aegisbench.fields import is_finite_number
 from aegisbench.corruptions import corruption_families
 from aegisbench.errors import BadInput
 from aegisbench.metrics import REGISTRY
@@ -151,7 +151,7 @@ def check_metrics(df: pl.DataFrame, where: str) -> pl.DataFrame:
 def _check_threshold(value, where: str) -> None:
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not is_finite_number(value):
         raise BadInput(f"frozen_threshold must be a number or null, got {value!r}", where=where)
 
 
