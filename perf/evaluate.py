@@ -97,19 +97,11 @@ def coco_workload(folder: Path, n_img: int, n_cat: int) -> tuple[Path, Path]:
 
 
 def bench_coco(folder: Path, n_img: int, n_cat: int, repeat: int) -> None:
-    from pycocotools.coco import COCO
-    from pycocotools.cocoeval import COCOeval
-
     gt_path, res_path = coco_workload(folder, n_img, n_cat)
 
     def pycoco():
-        with contextlib.redirect_stdout(io.StringIO()):
-            gt = COCO(str(gt_path))
-            ev = COCOeval(gt, gt.loadRes(str(res_path)), "bbox")
-            ev.evaluate()
-            ev.accumulate()
-            ev.summarize()
-        return {"map50_95": ev.stats[0], "map50": ev.stats[1]}
+        stats = _pycoco(gt_path, res_path)
+        return {"map50_95": stats[0], "map50": stats[1]}
 
     t_ours, ours = best_of(lambda: coco_map(gt_path, res_path), repeat)
     t_ref, ref = best_of(pycoco, max(1, repeat // 2))

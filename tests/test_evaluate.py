@@ -16,11 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from _evalkit import CONDITIONS, gt_table, meta, rewrite_rows, rows_of, tiny_repo, write_submission
+from _evalkit import CONDITIONS, gt_table, meta, rewrite_rows, rows_of, write_submission
 from aegisbench.evaluation.bootstrap import BootstrapParams, Resamples, condition_intervals
 from aegisbench.cli import main
 from aegisbench.evaluation import coco_map
-from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.detection import SplitScore
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate, evaluate_submission
 from aegisbench.evaluation.results import Evaluation, write_results
@@ -32,16 +31,6 @@ from aegisbench.predictions import Detections
 
 FAST = EvaluationParams(bootstrap=BootstrapParams(n_resamples=200))
 FP_BOX = [1.0, 1.0, 9.0, 9.0]  # far from every GT box of the synthetic sources
-
-
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory):
-    return tiny_repo(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def index(repo):
-    return DatasetIndex(repo)
 
 
 def metrics_of(out: Path) -> dict:

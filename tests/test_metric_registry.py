@@ -14,26 +14,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from _evalkit import gt_table, tiny_repo, write_submission
+from _evalkit import gt_table, write_submission
 from aegisbench import metrics as M
 from aegisbench.evaluation.bootstrap import BootstrapParams
-from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
 from aegisbench.evaluation.warp_eval import patch_boxes
 from aegisbench.leaderboard.build import build_leaderboard
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = EvaluationParams(bootstrap=BootstrapParams(n_resamples=100))
-
-
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory):
-    return tiny_repo(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def index(repo):
-    return DatasetIndex(repo)
 
 
 def _noisy(index, track: str) -> dict:

@@ -16,20 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from _evalkit import gt_table, meta, rewrite_rows, rows_of, tiny_repo, write_submission
+from _evalkit import gt_table, meta, rewrite_rows, rows_of, write_submission
 from aegisbench.cli import main
-from aegisbench.evaluation.dataset import DatasetIndex, export_coco
+from aegisbench.evaluation.dataset import export_coco
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
-
-
-@pytest.fixture(scope="session")
-def repo(tmp_path_factory):
-    return tiny_repo(tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def index(repo):
-    return DatasetIndex(repo)
 
 
 @pytest.fixture
