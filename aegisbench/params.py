@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +16,7 @@ from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice, check_int
 from aegisbench.hashing import json_sha256
 from aegisbench.readers import read_yaml
-from aegisbench.vocab import GEOMETRIES, SOURCE_FORMATS, TRACKS
+from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS
 
 if TYPE_CHECKING:  # imported lazily at run time (the fire-spread package is optional work)
     from aegisbench.firespread.params import FirespreadParams
@@ -39,6 +39,7 @@ class SourceParams:
     license: str = "unknown"
     citation: str = ""
     description: str = ""
+    modality: str = "rgb"  # the sensor: rgb (visible band) or thermal (LWIR); decides which corruptions apply
 
     def __post_init__(self) -> None:
         where = f"params.yaml: sources.{self.name}"
@@ -46,6 +47,7 @@ class SourceParams:
             raise BadInput("source name must be snake_case (a-z, 0-9, _)", where=where)
         check_choice(self.track, "track", TRACKS, error=BadInput, where=f"{where}.track")
         check_choice(self.kind, "kind", SYNTHETIC_KINDS + FORMAT_KINDS, error=BadInput, where=f"{where}.kind")
+        check_choice(self.modality, "modality", MODALITIES, error=BadInput, where=f"{where}.modality")
         if not isinstance(self.options, dict):
             raise BadInput("options must be a mapping", where=where)
 
@@ -93,7 +95,7 @@ class Params:
         for name, spec in (raw.get("sources") or {}).items():
             if not isinstance(spec, dict):
                 raise BadInput("must be a mapping", where=f"params.yaml: sources.{name}")
-            known = {"track", "kind", "options", "license", "citation", "description"}
+            known = {"track", "kind", "options", "license", "citation", "description", "modality"}
             extra = set(spec) - known
             if extra:
                 raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")
@@ -126,6 +128,26 @@ class Params:
             if s.name == name:
                 return s
         raise BadInput(f"unknown source {name!r}", where="params.yaml: sources")
+
+    def select_tracks(self, tracks, where: str = "--tracks") -> "Params":
+        """These params building only ``tracks`` (None: all): the sources of other tracks left
+        out, the fire-spread ensembles only with ``firespread``. BadInput (naming ``where``) for
+        an unknown track or when nothing is left to build."""
+        if tracks is None:
+            return self
+        tracks = tuple(tracks)
+        for t in tracks:
+            check_choice(t, "track", TRACKS, error=BadInput, where=where)
+        sources = tuple(s for s in self.sources if s.track in tracks)
+        firespread = self.firespread if FIRESPREAD in tracks else None
+        if not sources and firespread is None:
+            raise BadInput(f"nothing to build: no source on tracks {list(tracks)}"
+                           + ("" if FIRESPREAD not in tracks else " and no firespread section"), where=where)
+        raw = dict(self.raw, sources={k: v for k, v in (self.raw.get("sources") or {}).items()
+                                      if k in {s.name for s in sources}})
+        if firespread is None:
+            raw["firespread"] = None
+        return replace(self, sources=sources, firespread=firespread, raw=raw)
 
     def digest(self) -> str:
         """Hash of the parameters that decide built bytes: the version, the sources, the

@@ -57,8 +57,9 @@ def ratio(num, den, empty: float = 0.0) -> np.ndarray:
 
 def count_ratios(summed, empty: float = 0.0) -> dict[str, np.ndarray]:
     """recall ``TP / (TP + FN)``, precision ``TP / (TP + FP)``, F1 ``2 TP / (2 TP + FP + FN)``
-    from (..., 3) TP/FP/FN counts; a 0/0 ratio is ``empty`` (0 for a point value,
-    scikit-learn's ``zero_division=0``; NaN for a bootstrap resample, then left out)."""
+    from (..., 3) TP/FP/FN counts; a 0/0 ratio is ``empty``: 0 by default (threshold
+    selection, where an undefined F1 is no better than 0), NaN for a bootstrap resample (then
+    left out) and for a reported value (a null row noted "0/0", :mod:`aegisbench.metrics`)."""
     summed = np.asarray(summed, np.float64)
     tp, fp, fn = summed[..., 0], summed[..., 1], summed[..., 2]
     return {"recall": ratio(tp, tp + fn, empty), "precision": ratio(tp, tp + fp, empty),

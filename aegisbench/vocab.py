@@ -34,6 +34,9 @@ SAR, SMOKE, FIRESPREAD = "sar", "smoke", "firespread"
 #: Every track, in display order; detection tracks score boxes, firespread scores maps.
 TRACKS = (SAR, SMOKE, FIRESPREAD)
 DETECTION_TRACKS = (SAR, SMOKE)
+#: The one object label of each detection track: what ``detect`` writes (model classes are
+#: mapped to it) and the only ``label`` value ``validate`` accepts.
+TRACK_LABELS = {SAR: "person", SMOKE: "smoke"}
 
 # -------------------------------------------------------------------- families
 
@@ -210,3 +213,8 @@ WARP_GRID = 25
 #: Annotated-folder formats a source can be read from (one reader each in
 #: :data:`aegisbench.builders.adapters.READERS`, which must cover exactly these).
 SOURCE_FORMATS = ("voc", "yolo", "coco", "visdrone")
+
+# Sensor modalities a source declares (``sources.<name>.modality``, ``build --modality``). Each
+# corruption declares the modalities its physics holds for; other combinations are not built.
+RGB, THERMAL = "rgb", "thermal"
+MODALITIES = (RGB, THERMAL)

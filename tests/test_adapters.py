@@ -158,7 +158,8 @@ def test_voc_standard_layout_with_imagesets_and_zero_based(tmp_path):
         put(root / "JPEGImages" / f"{n}.jpg", scene(f"voc{n}"))
         text(root / "Annotations" / f"{n}.xml", voc_xml(f"{n}.jpg", 160, 120, [("person", 10, 20, 40, 60)]))
         text(root / "ImageSets" / "Main" / f"{split}.txt", f"{n}\n")
-    load = load_source(spec("voc", "voc", root, {"person": "person"}, voc_one_based=False))
+    load = load_source(spec("voc", "voc", root, {"person": "person"}, split_mode="lists",
+                            coordinate_base=0))
     recs = by_id(load)
     assert {k: r.split for k, r in recs.items()} == {"a": "train", "b": "val", "c": "test"}
     assert recs["a"].boxes.tolist() == [[10, 20, 40, 60]]
@@ -208,7 +209,8 @@ def test_coco_instances(coco):
     assert recs["c3"].boxes.tolist() == [[100, 60, 160, 120]]
     assert len(recs["c2"].boxes) == 0
     assert load.report.dropped_annotations == {"car": 1}
-    assert load.report.ignored_regions == 1  # the iscrowd person region
+    assert load.report.ignored_regions == 1  # the iscrowd person region, kept as ignore
+    assert recs["c1"].ignore.tolist() == [[50, 50, 70, 70]] and len(recs["c3"].ignore) == 0
 
 
 def test_visdrone(visdrone):
@@ -220,7 +222,8 @@ def test_visdrone(visdrone):
     assert a.boxes.tolist() == [[10, 20, 40, 60], [5, 5, 15, 15]]
     assert a.labels == ("person", "person")
     assert b.boxes.tolist() == [[100, 70, 150, 110]]
-    assert load.report.ignored_regions == 2
+    assert load.report.ignored_regions == 2  # category 0 region and score-0 pedestrian
+    assert a.ignore.tolist() == [[50, 50, 70, 70], [0, 0, 5, 5]] and len(b.ignore) == 0
     assert load.report.dropped_annotations == {"car": 1}
     by_name = {"pedestrian": "person", "people": "person", "car": None}
     assert by_id(load_source(spec("visdrone", "visdrone", visdrone, by_name)))[

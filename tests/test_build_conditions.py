@@ -55,7 +55,26 @@ def test_configs_meta_and_splits(repo):
     # corrupted configs have test splits only; WARP levels only for the smoke track
     assert set(m["configs"]["low_light_s3"]["splits"]) == {"synthetic_sar", "synthetic_smoke"}
     assert set(m["configs"]["warp_noise_100"]["splits"]) == {"synthetic_smoke"}
+    # rgb sources (the default modality): recorded, and every condition is physical for them
+    assert {s["modality"] for n, s in m["sources"].items()} == {"rgb"}
+    assert not any("not_physical" in c for c in m["configs"].values())
     assert verify_repo(path).ok
+
+
+def test_config_modalities_are_the_parts_intersection(tmp_path):
+    from aegisbench.builders.conditions import config_specs, not_physical
+    params = params_for(tmp_path, conditions=["low_light_s3", "motion_blur_s1"],
+                        compound=["motion_blur_s1+inundation_s2", "motion_blur_s1+smoke_haze_s1"],
+                        warp_noise_levels=[0.1])
+    mods = {s.name: s.modalities for s in config_specs(params)}
+    assert mods == {"clean": ("rgb", "thermal"), "low_light_s3": ("rgb",), "motion_blur_s1": ("rgb", "thermal"),
+                    "motion_blur_s1__inundation_s2": ("rgb", "thermal"), "motion_blur_s1__smoke_haze_s1": ("rgb",),
+                    "warp_noise_100": ("rgb", "thermal")}
+    raw = dict(params.raw)
+    raw["sources"] = {**raw["sources"], "synthetic_smoke": {**raw["sources"]["synthetic_smoke"], "modality": "thermal"}}
+    skipped = not_physical(Params.from_dict(raw), config_specs(params))
+    assert skipped == {"low_light_s3": {"synthetic_smoke": "thermal"},
+                       "motion_blur_s1__smoke_haze_s1": {"synthetic_smoke": "thermal"}}
 
 
 def test_pixels_change_boxes_do_not(repo):

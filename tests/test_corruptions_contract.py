@@ -15,6 +15,7 @@ from aegisbench.corruptions.samples import synthetic_scene
 from aegisbench.corruptions.statistics import measure
 from aegisbench.errors import BadInput
 from aegisbench.hashing import rng_for
+from aegisbench.vocab import MODALITIES
 
 KEY = ("0.1.0", "synthetic_sar", "img_0001")
 
@@ -72,6 +73,15 @@ def test_registry_families_and_declarations():
         assert spec.fn.__name__ == name
         assert spec.statistic in C.STATISTICS
         assert set(spec.severities) == {1, 2, 3}
+
+
+@pytest.mark.parametrize("name", sorted(SETTINGS) + ["warp_noise", "cloud_patch"])
+def test_every_unit_declares_the_modalities_its_physics_holds_for(name):
+    spec = C.get_spec(name, kind=None)
+    assert isinstance(spec.modalities, tuple) and spec.modalities, name
+    assert set(spec.modalities) <= set(MODALITIES) and len(set(spec.modalities)) == len(spec.modalities)
+    assert spec.modality_note.strip() and spec.modality_note == spec.modality_note.strip()
+    assert set(C.names(kind=None)) == set(SETTINGS) | {"warp_noise", "cloud_patch"}  # no unit escapes this test
 
 
 @pytest.mark.parametrize("name", sorted(SETTINGS))
@@ -211,7 +221,8 @@ def test_registry_rejects_duplicates_and_name_mismatch():
     spec = C.get_spec("motion_blur")
     decl = dict(family="storm", params=spec.params_type, severities=dict(spec.severities),
                 statistic=spec.statistic, targets=spec.targets, direction=spec.direction,
-                fit_param=spec.fit_param, fit_bounds=spec.fit_bounds)
+                fit_param=spec.fit_param, fit_bounds=spec.fit_bounds, modalities=spec.modalities,
+                modality_note=spec.modality_note)
     with pytest.raises(ValueError, match="already registered"):
         @corruption("motion_blur", **decl)
         def motion_blur(image, rng, p, px):  # noqa: F811
@@ -222,6 +233,8 @@ def test_registry_rejects_duplicates_and_name_mismatch():
             return image
     with pytest.raises(ValueError, match="monotone"):
         corruption("flat_blur", **{**decl, "targets": (1.0, 1.0, 0.5)})
+    with pytest.raises(TypeError, match="declare modalities"):
+        corruption("bare_blur", **{k: v for k, v in decl.items() if k != "modalities"})
     unregister("shake_blur")
     assert "shake_blur" not in C.names()
 

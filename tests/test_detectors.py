@@ -1,5 +1,6 @@
 """Wrapped detectors end to end: real Ultralytics and torchvision models built from their
-definitions (no downloads), saved to local files and loaded back safely; ``aegisbench
+definitions (no downloads; Ultralytics ones trained for one epoch), saved to local files
+and loaded back safely; ``aegisbench
 detect`` / ``warp-detect`` on a tiny dataset repo built by the real pipeline, checked by
 ``aegisbench validate`` and ``evaluate``; resume; bad input; a tiny reference training.
 """
@@ -20,6 +21,7 @@ from aegisbench.detectors.interface import Detector, DetectorOptions, load_detec
 from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect, staging_for
 from aegisbench.detectors.tiling import TilingParams
 from aegisbench.errors import BadInput
+from _detkit import trained_checkpoint
 from _evalkit import materialize, tiny_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,7 +32,8 @@ FAST = ["--conf", "0", "--batch", "4", "--no-progress"]  # untrained nets score 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    """A tiny repo (clean + low_light_s3 + one WARP noise level) and saved checkpoints."""
+    """A tiny repo (clean + low_light_s3 + one WARP noise level) and saved checkpoints
+    (the Ultralytics detectors trained for one epoch: ``detect`` refuses untrained ones)."""
     root = tmp_path_factory.mktemp("det")
     params = tiny_params(root, TINY, ["low_light_s3"], warp_levels=[0.1])
     materialize(params)
@@ -38,11 +41,11 @@ def env(tmp_path_factory):
 
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
     import_ultralytics()
-    from ultralytics import RTDETR, YOLO
-    YOLO(str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
+    from ultralytics import YOLO
+    trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
     YOLO("yolov8n-cls.yaml").save(root / "cls.pt")
     (root / "rtdetr_tiny.yaml").write_text(RTDETR_TINY)
-    RTDETR(str(root / "rtdetr_tiny.yaml")).save(root / "rtdetr.pt")
+    trained_checkpoint(root / "rtdetr_tiny.yaml", root / "rtdetr.pt", kind="rtdetr")
     (root / "junk.pt").write_bytes(b"\x89PNG not a checkpoint" * 10)
     return root
 
@@ -125,7 +128,7 @@ def test_rtdetr_and_fasterrcnn_adapters(env, tmp_path):
     ("yolo", "rtdetr.pt", "not a YOLO model"),
     ("rtdetr", "tiny.pt", "not an RT-DETR model"),
     ("fasterrcnn", "junk.pt", "not a loadable torch checkpoint"),
-    ("yolo", "notes.txt", "must be a .pt checkpoint or a model .yaml"),
+    ("yolo", "notes.txt", "must be a trained .pt checkpoint"),
     ("ssd", "tiny.pt", "unknown detector"),
 ])
 def test_bad_weights_and_names(env, kind, weights, message):
@@ -156,6 +159,7 @@ def test_detect_writes_a_submission_that_validates_and_evaluates(env, tmp_path, 
     manifest = yaml.safe_load((env / "repo" / "manifest.json").read_text())
     assert meta["dataset_digest"] == manifest["dataset_digest"] and meta["track"] == "sar"
     assert meta["detector"]["tiling"]["tile"] == 384
+    assert meta["classes"] == {"person": "person"} and meta["detector"]["class_ids"] == [0]
     t = pq.read_table(out / "predictions.parquet")
     pairs = set(zip(t.column("config").to_pylist(), t.column("split").to_pylist()))
     assert pairs | {tuple(e.split("/")) for e in meta.get("no_detections", [])} == {
@@ -168,6 +172,7 @@ def test_detect_writes_a_submission_that_validates_and_evaluates(env, tmp_path, 
 
 def test_detect_resumes_per_config(env, tmp_path):
     base = load_detector("yolo", env / "tiny.pt", DetectorOptions(conf=0.0))
+    base.map_classes("person")  # before wrapping: the wrapper predicts with base's class map
     info = SubmissionInfo(name="r", model="tiny")
 
     class Interrupted(Detector):  # the real detector, stopped after the clean config (6 frames)
@@ -175,7 +180,7 @@ def test_detect_resumes_per_config(env, tmp_path):
 
         def __init__(self, inner, budget):
             super().__init__(inner.options)
-            self.inner, self.weights, self.budget = inner, inner.weights, budget
+            self.inner, self.weights, self.budget, self.names = inner, inner.weights, budget, inner.names
 
         def describe(self):
             return self.inner.describe()

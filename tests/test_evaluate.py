@@ -66,7 +66,7 @@ def test_perfect_submission_recall_precision_one_with_degenerate_intervals(tmp_p
                                    "config": pl.String, "corruption": pl.String, "family": pl.String,
                                    "severity": pl.Int64, "metric": pl.String, "value": pl.Float64,
                                    "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64, "t": pl.Int32,
-                                   "stratum": pl.String, "n_units": pl.Int32})
+                                   "stratum": pl.String, "n_units": pl.Int32, "note": pl.String})
     assert df["t"].null_count() == df["stratum"].null_count() == df.height  # no frames or strata here
     entry = read_entry(out)
     assert entry.metrics.height == df.height

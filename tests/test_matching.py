@@ -124,6 +124,44 @@ def test_batch_matches_naive_reference_on_random_workloads():
         assert got == naive_match(preds[i], scores[i], gts[i]), i
 
 
+def naive_match_with_ignore(pred, score, gt, ignore, thr=0.5):
+    """Reference: as naive_match; a prediction left without a GT box takes an ignore region
+    when intersection / its own area >= thr (pycocotools' crowd IoU), any number per region."""
+    out = naive_match(pred, score, gt, thr)
+    area = (pred[:, 2] - pred[:, 0]) * (pred[:, 3] - pred[:, 1])
+    ignored = []
+    for i, j in enumerate(out):
+        w = np.minimum(pred[i, 2], ignore[:, 2]) - np.maximum(pred[i, 0], ignore[:, 0])
+        h = np.minimum(pred[i, 3], ignore[:, 3]) - np.maximum(pred[i, 1], ignore[:, 1])
+        ignored.append(bool(j < 0 and ((w > 0) & (h > 0) & (w * h / area[i] >= thr)).any()))
+    return out, ignored
+
+
+def test_ignore_regions_match_naive_reference_and_filter_property():
+    rng = rng_for("test", "matching", "ignore")
+    preds, scores, gts, igs = [], [], [], []
+    for _ in range(120):
+        p, s, g = random_image(rng, int(rng.integers(0, 5)), int(rng.integers(0, 12)), ties=True)
+        xy = rng.uniform(0, 70, (int(rng.integers(0, 3)), 2))
+        preds.append(p), scores.append(s), gts.append(g)
+        igs.append(np.concatenate([xy, xy + rng.uniform(10, 50, xy.shape)], axis=1))
+    m = match_images(preds, scores, gts, ignore_xyxy=igs)
+    off_p = np.concatenate([[0], np.cumsum([len(s) for s in scores])])
+    off_g = np.concatenate([[0], np.cumsum([len(g) for g in gts])])
+    assert m.ignored.sum() > 20 and m.tp.sum() > 50 and m.fp.sum() > 20
+    for i in range(len(gts)):
+        got = m.pred_gt[off_p[i]:off_p[i + 1]]
+        want, ignored = naive_match_with_ignore(preds[i], scores[i], gts[i], igs[i])
+        assert np.where(got >= 0, got - off_g[i], -1).tolist() == want, i
+        assert m.ignored[off_p[i]:off_p[i + 1]].tolist() == ignored, i
+    for thr in (0.0, 0.3, 0.6, 0.9):
+        keep = [np.float32(s) >= np.float32(thr) for s in scores]
+        re = match_images([p[k] for p, k in zip(preds, keep)], [s[k] for s, k in zip(scores, keep)], gts,
+                          ignore_xyxy=igs)
+        assert np.array_equal(re.counts(0.0), m.counts(thr))
+        assert np.array_equal(re.ignored, m.ignored[m.kept(thr)])
+
+
 def test_match_once_then_filter_equals_rematching_after_filter():
     """Property: removing predictions below a threshold leaves every kept match unchanged."""
     rng = rng_for("test", "matching", "filter")

@@ -16,7 +16,9 @@ def test_counts_metrics_and_directions():
     per_image = np.array([[3, 1, 1], [0, 0, 2], [1, 0, 0]])
     assert M.recall(per_image) == 4 / 7 and M.precision(per_image) == 4 / 5
     assert M.f1(per_image) == pytest.approx(2 * 4 / (2 * 4 + 1 + 3))
-    assert M.recall([0, 0, 0]) == 0.0 and M.precision([0, 0, 5]) == 0.0 and M.f1([0, 0, 0]) == 0.0
+    # 0/0 is undefined (NaN, a null row noted "0/0"), never 0; x/y with y > 0 stays a number
+    assert np.isnan(M.recall([0, 3, 0])) and np.isnan(M.precision([0, 0, 5])) and np.isnan(M.f1([0, 0, 0]))
+    assert M.recall([0, 0, 5]) == 0.0 and M.precision([0, 2, 5]) == 0.0 and M.f1([0, 0, 5]) == 0.0
     with pytest.raises(ValueError):
         M.recall([-1, 0, 0])
     state = M._counts_update(None, per_image[:2])
@@ -42,7 +44,8 @@ def test_recall_by_size_bands_are_half_open():
 
 def test_relative_drop_and_map_percent_loss():
     assert M.relative_drop(0.8, 0.2) == pytest.approx(0.75)
-    assert np.isnan(M.relative_drop(0.0, 0.0))
+    assert np.isnan(M.relative_drop(0.0, 0.0)) and np.isnan(M.relative_drop(0.0, 0.3))
+    assert np.isnan(M.relative_drop(float("nan"), 0.3)) and np.isnan(M.relative_drop(0.8, float("nan")))
     assert M.map_percent_loss(0.25, 0.5) == 50.0  # a loss is positive, as in seed 000's tables
     assert M.map_percent_loss(0.6, 0.5) == pytest.approx(-20.0)
     assert M.higher_is_better("warp_map_loss") is False
@@ -61,12 +64,18 @@ def test_localization_stability_and_silent_failure():
     other = match_images([np.zeros((0, 4))], [np.zeros(0)], [gt[0][:1]])
     with pytest.raises(ValueError):
         M.localization_stability(clean, other, 0.5)
+    # (clean recall, recall, stability, n_both, clean FP/image, FP/image)
     # recall 0.89 -> 0.00 with nothing left: silent; -> 0.40 with boxes on target: silent
-    assert M.silent_failure(0.89, 0.0, float("nan"), 0)
-    assert M.silent_failure(0.89, 0.40, 0.80, 120)
-    assert not M.silent_failure(0.89, 0.40, 0.50, 120)  # survivors drift off target: not silent
-    assert not M.silent_failure(0.89, 0.80, 0.90, 300)  # recall did not collapse
-    assert not M.silent_failure(0.0, 0.0, float("nan"), 0)
+    assert M.silent_failure(0.89, 0.0, float("nan"), 0, 0.5, 0.0) is True
+    assert M.silent_failure(0.89, 0.40, 0.80, 120, 0.5, 0.5) is True  # FP per image unchanged
+    assert M.silent_failure(0.89, 0.40, 0.80, 120, 0.5, 0.51) is False  # more false alarms: a sign
+    assert not M.silent_failure(0.89, 0.40, 0.50, 120, 0.5, 0.0)  # survivors drift off target: not silent
+    assert not M.silent_failure(0.89, 0.80, 0.90, 300, 0.5, 0.0)  # recall did not collapse
+    assert M.silent_failure(0.0, 0.0, float("nan"), 0, 0.0, 0.0) is False
+    assert M.silent_failure(float("nan"), float("nan"), float("nan"), 0, 0.0, 0.0) is None  # no GT: 0/0
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="fp_per_image"):
+            M.silent_failure(0.89, 0.0, float("nan"), 0, 0.5, bad)
     with pytest.raises(ValueError):
         M.SilentFailureParams(min_stability=1.5)
 

@@ -129,11 +129,8 @@ def test_cli_build_on_ray_uses_the_running_ray(tiny, tmp_path, monkeypatch, caps
 @pytest.fixture(scope="module")
 def weights(tiny):
     root, _ = tiny
-    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
-    import_ultralytics()
-    from ultralytics import YOLO
-    YOLO(str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")).save(root / "tiny.pt")
-    return root / "tiny.pt"
+    from _detkit import trained_checkpoint  # detect refuses untrained checkpoints
+    return trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
 
 
 def test_jobs_are_the_loader_batches(tiny):

@@ -90,7 +90,9 @@ def yolo_pt(tmp_path_factory) -> Path:
     import_ultralytics()
     from ultralytics import YOLO
 
-    model = YOLO(TINY_YOLO)
+    from _detkit import trained_checkpoint  # detect refuses untrained checkpoints
+
+    model = YOLO(str(trained_checkpoint(TINY_YOLO, tmp_path_factory.mktemp("trained") / "t.pt", ("smoke",))))
     torch.manual_seed(0)
     for mod in model.model.modules():
         if isinstance(mod, torch.nn.BatchNorm2d):
@@ -139,11 +141,11 @@ def _noise_ratio(clean: "torch.Tensor", noisy: "torch.Tensor") -> float:
 
 
 @pytest.mark.parametrize("kind", ["yolo", "fasterrcnn"])
-def test_noise_reaching_the_model_is_the_seeds_at_every_input_size(repo, frcnn, kind):
+def test_noise_reaching_the_model_is_the_seeds_at_every_input_size(repo, frcnn, yolo_pt, kind):
     clean = next(iter(_frames(repo, "clean").items()))
     image_id, frame = clean
     stored = _frames(repo, WARP)[image_id]
-    weights = TINY_YOLO if kind == "yolo" else frcnn
+    weights = yolo_pt if kind == "yolo" else frcnn
     stop = kind == "fasterrcnn"
     ratios = {}
     for imgsz in (256, 640):
@@ -175,9 +177,9 @@ def test_noise_function_follows_the_formula_per_image():
         add_input_noise(x, InputNoise(0.3, (("a",),)))
 
 
-def test_noise_never_depends_on_the_batch(repo):
+def test_noise_never_depends_on_the_batch(repo, yolo_pt):
     frames = list(_frames(repo, "clean").values())
-    det = load_detector("yolo", TINY_YOLO, DetectorOptions(conf=0.0, imgsz=256))
+    det = load_detector("yolo", yolo_pt, DetectorOptions(conf=0.0, imgsz=256))
     det.predict(frames[:1])
     seen = []
     h = det.model.predictor.model.model.register_forward_pre_hook(lambda m, a: seen.append(a[0].clone()))
@@ -222,9 +224,12 @@ def test_detect_predicts_warp_configs_from_clean_frames_with_input_noise(repo, y
     want = det.predict([clean[i] for i in ids], noise=noise)
     from_stored = det.predict([stored[i] for i in ids])
     for i, w, s in zip(ids, want, from_stored):
+        # batches of 2 frames against one batch of all: same boxes up to float rounding of the conv kernels
         mine = np.array(sorted(got[i]), np.float32)
-        assert np.array_equal(mine, np.array(sorted(np.c_[w.xyxy, w.score].tolist()), np.float32))
-        assert not np.array_equal(mine, np.array(sorted(np.c_[s.xyxy, s.score].tolist()), np.float32))
+        want_i = np.array(sorted(np.c_[w.xyxy, w.score].tolist()), np.float32)
+        stored_i = np.array(sorted(np.c_[s.xyxy, s.score].tolist()), np.float32)
+        assert mine.shape == want_i.shape and np.allclose(mine, want_i, atol=1e-2, rtol=1e-4)
+        assert mine.shape != stored_i.shape or not np.allclose(mine, stored_i, atol=1e-2, rtol=1e-4)
 
     # the worker / Ray Data job path reads the same clean frames with the same noise
     plan = {"clean": ["synthetic_smoke", "synthetic_smoke_val"], WARP: ["synthetic_smoke"]}
@@ -234,7 +239,8 @@ def test_detect_predicts_warp_configs_from_clean_frames_with_input_noise(repo, y
     results = [run_job(det, j) for j in jobs]
     job_dets = dict(zip([i for r in results for i in r.image_ids], [d for r in results for d in r.detections]))
     for i, w in zip(ids, want):
-        assert np.array_equal(job_dets[i].xyxy, w.xyxy) and np.array_equal(job_dets[i].score, w.score)
+        assert job_dets[i].xyxy.shape == w.xyxy.shape and np.allclose(job_dets[i].xyxy, w.xyxy, atol=1e-2, rtol=1e-4)
+        assert np.allclose(job_dets[i].score, w.score, atol=1e-4)
 
     paths, keep = input_shards(repo, m, WARP, "synthetic_smoke", at_input=True)
     assert keep == frozenset(ids) and all("clean" in p.parts for p in paths)

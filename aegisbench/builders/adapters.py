@@ -5,14 +5,17 @@ records one image at a time (test split first, then val, then train) and
 :func:`load_source` collects them with a :class:`LoadReport`. On the way:
 
 * every annotation is parsed before any image is decoded, and each class goes through
-  the explicit ``class_map`` to the track's single ``target_label`` (or is dropped);
+  the explicit ``class_map`` to the track's single ``target_label``, to an ignore region
+  (``"ignore"``; also VisDrone category 0, COCO crowd, VOC difficult) or is dropped;
 * images are decoded once with OpenCV (EXIF orientation ignored, so pixels match the
   annotation frame) and stored as lossless PNG; ``sha256`` is of the decoded pixels;
 * boxes become float32 xyxy in full-frame pixels; a box past the frame by more than
   0.5 px or with zero area is a :class:`BadInput` naming the annotation file and the
   object/line, never silently clipped (overshoot within 0.5 px is clipped to the edge);
-* splits are the dataset's own folders (``split_mode="folders"``) or whole groups by
-  SHA-256 (``"hash"``, :func:`~aegisbench.builders.splits.assign_split`);
+* splits are whole groups by SHA-256 (``split_mode="hash"``,
+  :func:`~aegisbench.builders.splits.assign_split`), the dataset's own folders
+  (``"folders"``) or its official split lists (``"lists"``; unlisted images left out);
+* ``meta_pattern``'s named groups (and COCO image fields) become per-image ``meta``;
 * a train/val image whose pHash is within ``phash_max_distance`` bits of a test image
   is excluded from train/val and reported (the test split is never changed).
 
@@ -43,8 +46,10 @@ from aegisbench.fields import check_int
 from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.source_table import SourceRecord, encode_png
-from aegisbench.builders.splits import (SPLIT_NAMES, assign_split, hash_array, nearest, phash,
-                                        validate_fractions)
+from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, assign_split,
+                                        group_frames, hash_array, list_names, nearest,
+                                        pattern_meta, phash, split_list_files,
+                                        validate_fractions, validate_split_lists)
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
 from aegisbench.vocab import SOURCE_FORMATS
@@ -54,7 +59,7 @@ log = logging.getLogger(__name__)
 #: Every source format: its reader ``(folder, class mapper, spec) -> ParseResult``. Adding a
 #: format is one reader here plus its name in ``vocab.SOURCE_FORMATS`` (params, CLI read that).
 READERS = {
-    "voc": lambda path, mapper, spec: fmt.read_voc(path, mapper, one_based=spec.voc_one_based),
+    "voc": lambda path, mapper, spec: fmt.read_voc(path, mapper, spec.coordinate_base),
     "yolo": lambda path, mapper, spec: fmt.read_yolo(path, mapper),
     "coco": lambda path, mapper, spec: coco.read_coco(path, mapper),
     "visdrone": lambda path, mapper, spec: coco.read_visdrone(path, mapper),
@@ -62,10 +67,17 @@ READERS = {
 FORMATS = SOURCE_FORMATS
 if tuple(READERS) != FORMATS:  # pragma: no cover - a programming error caught at import
     raise RuntimeError(f"READERS {tuple(READERS)} must cover exactly vocab.SOURCE_FORMATS {FORMATS}")
-SPLIT_MODES = ("folders", "hash")
+SPLIT_MODES = ("hash", "folders", "lists")
 BOX_TOLERANCE_PX = 0.5
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _ORDER = {"test": 0, "val": 1, "train": 2}  # test first: its hashes are needed for dedup
+
+
+def _regex(pattern, option: str) -> re.Pattern:
+    try:
+        return re.compile(pattern)
+    except (re.error, TypeError) as exc:
+        raise ValueError(f"{option} {pattern!r} is not a valid regex: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -73,11 +85,13 @@ class SourceSpec:
     """Where a source is, how to read it and how to split it.
 
     ``class_map`` maps each class name (or id, as a string) of the dataset to
-    ``target_label`` or to None (drop); a class missing from it is an error.
-    ``group_pattern`` is searched in the image id (relative path without extension and
-    without split/layout folders; the file stem for flat layouts); its first group is
-    the group id, an optional second all-digit group the frame index. Without a
-    pattern every image is its own group (frame index -1).
+    ``target_label``, to None / ``"none"`` (drop) or to ``"ignore"`` (ignore region); a
+    class missing from it is an error. ``group_pattern`` is searched in the image id
+    (relative path without extension and without split/layout folders; the file stem for
+    flat layouts); its first group is the group id, an optional second all-digit group
+    the frame index. Without a pattern every image is its own group (frame index -1).
+    ``meta_pattern``'s named groups become per-image meta columns. ``split_lists`` (split
+    -> file relative to ``path``) is for ``split_mode="lists"``.
     """
 
     name: str
@@ -90,7 +104,9 @@ class SourceSpec:
     group_pattern: str | None = None
     phash_max_distance: int | None = 6
     split_key: str | None = None  # salt of the split hash; defaults to ``name``
-    voc_one_based: bool = True
+    coordinate_base: str | int = "auto"  # VOC: "auto" | 0 | 1; other formats are 0-based
+    split_lists: Mapping[str, str] | None = field(default=None, hash=False)
+    meta_pattern: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -102,40 +118,39 @@ class SourceSpec:
         if not isinstance(self.path, (str, Path)):
             raise TypeError("path must be a str or Path")
         object.__setattr__(self, "path", Path(self.path))
-        if not isinstance(self.target_label, str) or not self.target_label:
-            raise ValueError("target_label must be a non-empty string")
-        if not isinstance(self.class_map, Mapping) or not self.class_map:
-            raise TypeError("class_map must be a non-empty mapping")
-        cmap = {}
-        for k, v in self.class_map.items():
-            if isinstance(k, bool) or not isinstance(k, (str, int)):
-                raise TypeError(f"class_map key {k!r} must be a class name or id")
-            if v is not None and v != self.target_label:
-                raise ValueError(f"class_map[{k!r}] = {v!r}: values must be "
-                                 f"{self.target_label!r} or None")
-            cmap[str(k)] = v
-        object.__setattr__(self, "class_map", cmap)
+        if not isinstance(self.target_label, str) or not self.target_label or \
+                self.target_label.lower() in ("none", fmt.IGNORE):
+            raise ValueError(f"target_label must be a label name, got {self.target_label!r}")
+        object.__setattr__(self, "class_map", fmt.validate_class_map(self.class_map, self.target_label))
         object.__setattr__(self, "fractions", validate_fractions(self.fractions))
-        if self.group_pattern is not None:
-            try:
-                rx = re.compile(self.group_pattern)
-            except (re.error, TypeError) as exc:
-                raise ValueError(f"group_pattern is not a valid regex: {exc}") from None
-            if rx.groups < 1:
-                raise ValueError("group_pattern needs a capturing group (the group id)")
+        object.__setattr__(self, "coordinate_base",
+                           fmt.validate_coordinate_base(self.coordinate_base, self.format))
+        object.__setattr__(self, "split_lists", validate_split_lists(self.split_lists, self.split_mode))
+        if self.group_pattern is not None and _regex(self.group_pattern, "group_pattern").groups < 1:
+            raise ValueError(f"group_pattern {self.group_pattern!r} needs a capturing group "
+                             "(the group id)")
+        if self.meta_pattern is not None and not _regex(self.meta_pattern, "meta_pattern").groupindex:
+            raise ValueError(f"meta_pattern {self.meta_pattern!r} has no named groups; name each "
+                             "column, e.g. (?P<time>day|night)")
         if self.phash_max_distance is not None:
             check_int(self.phash_max_distance, "phash_max_distance", 0, 64)
         if self.split_key is not None and not isinstance(self.split_key, str):
             raise TypeError("split_key must be a string")
 
     @classmethod
-    def from_options(cls, name: str, format: str, options: Mapping) -> "SourceSpec":
-        """Build from a ``params.yaml`` source entry; any problem is a BadInput."""
-        where = f"params.yaml: sources.{name}"
+    def from_options(cls, name: str, format: str, options: Mapping,
+                     where: str | None = None) -> "SourceSpec":
+        """Build from a ``params.yaml`` source entry; any problem is a BadInput naming
+        ``where`` (default: the params entry)."""
+        where = where or f"params.yaml: sources.{name}"
         try:
             opts = dict(options)
+            if isinstance(opts.get("fractions"), str):
+                opts["fractions"] = opts["fractions"].split(",")
             if "fractions" in opts:
                 opts["fractions"] = tuple(opts["fractions"])
+            if isinstance(opts.get("split_lists"), str):
+                opts["split_lists"] = dict(kv.split("=", 1) for kv in opts["split_lists"].split(","))
             return cls(name=name, format=format, **opts)
         except (TypeError, ValueError) as exc:
             raise BadInput(str(exc), where=where) from None
@@ -162,14 +177,18 @@ class LoadReport:
     box_counts: dict  # split -> boxes kept
     negative_counts: dict  # split -> kept images without boxes
     dropped_annotations: dict  # original class -> boxes whose class maps to None
-    ignored_regions: int  # VisDrone category 0 / score 0, COCO iscrowd (kept classes)
+    ignored_regions: int  # ignore regions kept (VisDrone 0 / score 0, crowd, difficult, "ignore")
     excluded: tuple[NearDuplicate, ...]
-    straddling_groups: tuple[str, ...]  # folders mode: groups found in several splits
+    straddling_groups: tuple[str, ...]  # folders / lists mode: groups found in several splits
+    coordinate_base: int = 0  # the base the boxes were read with (VOC: detected or given)
+    unlisted: int = 0  # lists mode: images in no split list (left out)
+    meta_columns: tuple[str, ...] = ()  # per-image meta columns found
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["excluded"] = [asdict(e) for e in self.excluded]
         d["straddling_groups"] = list(self.straddling_groups)
+        d["meta_columns"] = list(self.meta_columns)
         return d
 
 
@@ -185,6 +204,7 @@ class _Planned:
     split: str
     group_id: str
     frame_index: int
+    meta: tuple[tuple[str, str], ...]
 
 
 def _parse(spec: SourceSpec) -> fmt.ParseResult:
@@ -193,48 +213,42 @@ def _parse(spec: SourceSpec) -> fmt.ParseResult:
     return READERS[spec.format](spec.path, fmt.make_mapper(spec.class_map), spec)
 
 
-def _plan(spec: SourceSpec, images: list[fmt.RawImage]) -> tuple[list[_Planned], tuple[str, ...]]:
+def _splits(spec: SourceSpec, images: list[fmt.RawImage], groups: dict) -> dict[str, str]:
+    """``image id -> split``; in lists mode only the listed images."""
+    if spec.split_mode == "hash":
+        return {r.image_id: assign_split(groups[r.image_id][0], spec.fractions, spec.key)
+                for r in images}
+    if spec.split_mode == "lists":
+        files = split_list_files(spec.path, spec.split_lists)
+        return assign_lists(files, list_names(spec.path, [(r.image_id, r.image_path) for r in images]))
+    out = {}
+    for r in images:
+        if r.folder_split is None:
+            hint = ("; the folder has ImageSets/Main split lists: use split_mode 'lists'"
+                    if (spec.path / VOC_LISTS).is_dir() else "")
+            raise BadInput(f"image is not inside a train/val/test folder (split_mode='folders'){hint}",
+                           where=str(r.image_path))
+        out[r.image_id] = r.folder_split
+    return out
+
+
+def _plan(spec: SourceSpec, images: list[fmt.RawImage]) -> tuple[list[_Planned], tuple[str, ...], int]:
+    """The planned records (sorted test, val, train), straddling groups, unlisted images."""
     seen: dict[str, Path] = {}
     for r in images:
         if r.image_id in seen:
             raise BadInput(f"image id {r.image_id!r} also used by {seen[r.image_id]}",
                            where=str(r.image_path))
         seen[r.image_id] = r.image_path
-    rx = re.compile(spec.group_pattern) if spec.group_pattern else None
-    groups: dict[str, str] = {}
-    frames: dict[str, int] = {}
-    for r in images:
-        if rx is None:
-            groups[r.image_id], frames[r.image_id] = r.image_id, -1
-            continue
-        m = rx.search(r.image_id)
-        if m is None or not m.group(1):
-            raise BadInput(f"group_pattern {spec.group_pattern!r} does not match image id "
-                           f"{r.image_id!r}", where=str(r.image_path))
-        groups[r.image_id] = m.group(1)
-        if rx.groups >= 2 and m.group(2) is not None:
-            if not m.group(2).isdigit():
-                raise BadInput(f"frame number {m.group(2)!r} is not an integer",
-                               where=str(r.image_path))
-            frames[r.image_id] = int(m.group(2))
-    if rx is not None:  # frames without a number: rank within the group by image id
-        by_group = defaultdict(list)
-        for r in images:
-            if r.image_id not in frames:
-                by_group[groups[r.image_id]].append(r.image_id)
-        for ids in by_group.values():
-            frames.update({iid: i for i, iid in enumerate(sorted(ids))})
-    plan = []
-    for r in images:
-        g = groups[r.image_id]
-        if spec.split_mode == "hash":
-            split = assign_split(g, spec.fractions, spec.key)
-        elif r.folder_split is None:
-            raise BadInput("image is not inside a train/val/test folder (split_mode='folders')",
-                           where=str(r.image_path))
-        else:
-            split = r.folder_split
-        plan.append(_Planned(r, split, g, frames[r.image_id]))
+    groups = group_frames([(r.image_id, str(r.image_path)) for r in images], spec.group_pattern)
+    split_of = _splits(spec, images, groups)
+    plan = [_Planned(r, split_of[r.image_id], *groups[r.image_id],
+                     pattern_meta(spec.meta_pattern, r.image_id, r.meta, str(r.image_path),
+                                  str(r.ann_path or r.image_path)))
+            for r in images if r.image_id in split_of]
+    unlisted = len(images) - len(plan)
+    if unlisted:
+        log.info("%s: %d images are in no split list and are left out", spec.name, unlisted)
     splits_of = defaultdict(set)
     for p in plan:
         splits_of[p.group_id].add(p.split)
@@ -246,7 +260,7 @@ def _plan(spec: SourceSpec, images: list[fmt.RawImage]) -> tuple[list[_Planned],
         if spec.split_mode == "hash" and frac > 0 and split not in present:
             log.warning("%s: no group fell into %s (%d groups)", spec.name, split, len(splits_of))
     plan.sort(key=lambda p: (_ORDER[p.split], p.raw.image_id))
-    return plan, straddling
+    return plan, straddling, unlisted
 
 
 def read_image(path: Path) -> np.ndarray:
@@ -263,20 +277,26 @@ def read_image(path: Path) -> np.ndarray:
     return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
-def pixel_boxes(raw: fmt.RawImage, width: int, height: int) -> np.ndarray:
-    """Boxes of ``raw`` in pixels (float32), checked against a ``width`` x ``height`` frame."""
+def pixel_boxes(raw: fmt.RawImage, width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes and ignore regions of ``raw`` in pixels (float32), checked against a
+    ``width`` x ``height`` frame (overshoot within 0.5 px clipped)."""
     where = str(raw.ann_path or raw.image_path)
     if raw.expected_size is not None and raw.expected_size != (width, height):
         raise BadInput(f"annotation says {raw.expected_size[0]}x{raw.expected_size[1]} but "
                        f"{raw.image_path.name} is {width}x{height}", where=where)
-    b = raw.boxes * np.array([width, height, width, height]) if raw.normalized else raw.boxes
+    return tuple(_to_pixels(b, refs, raw.normalized, width, height, where)
+                 for b, refs in ((raw.boxes, raw.refs), (raw.ignore, raw.ignore_refs)))
+
+
+def _to_pixels(b: np.ndarray, refs, normalized: bool, width: int, height: int, where: str):
+    b = b * np.array([width, height, width, height]) if normalized else b
     t = BOX_TOLERANCE_PX
-    for (x1, y1, x2, y2), ref in zip(b.tolist(), raw.refs):
+    for (x1, y1, x2, y2), ref in zip(b.tolist(), refs):
         if x1 < -t or y1 < -t or x2 > width + t or y2 > height + t:
             raise BadInput(f"{ref}: box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the "
                            f"{width}x{height} image (tolerance {t} px)", where=where)
     b = np.clip(b, 0, [width, height, width, height]).astype(np.float32).reshape(-1, 4)
-    fmt.check_area(b, raw.refs, where)
+    fmt.check_area(b, refs, where)
     return b
 
 
@@ -290,11 +310,11 @@ class SourceStream:
     def __init__(self, spec: SourceSpec):
         self.spec = spec
         parsed = _parse(spec)
-        self._dropped, self._ignored = dict(parsed.dropped), parsed.ignored
+        self._dropped, self._base = dict(parsed.dropped), parsed.coordinate_base
         for r in parsed.images:  # sizes declared by VOC/COCO: check geometry early
             if r.expected_size is not None:
                 pixel_boxes(r, *r.expected_size)
-        self._plan, self._straddling = _plan(spec, parsed.images)
+        self._plan, self._straddling, self._unlisted = _plan(spec, parsed.images)
         self._report: LoadReport | None = None
         self._started = False
 
@@ -310,7 +330,7 @@ class SourceStream:
 
     def _run(self) -> Iterator[SourceRecord]:
         spec, dmax = self.spec, self.spec.phash_max_distance
-        counts, boxes, negs = Counter(), Counter(), Counter()
+        counts, boxes, negs, n_ignore, columns = Counter(), Counter(), Counter(), 0, set()
         test_ids: list[str] = []
         test_hashes: list[int] = []
         test_arr = None
@@ -318,7 +338,7 @@ class SourceStream:
         for p in self._plan:
             img = read_image(p.raw.image_path)
             h, w = img.shape[:2]
-            b = pixel_boxes(p.raw, w, h)
+            b, ig = pixel_boxes(p.raw, w, h)
             if dmax is not None:
                 ph = phash(img)
                 if p.split == "test":
@@ -335,10 +355,13 @@ class SourceStream:
             counts[p.split] += 1
             boxes[p.split] += len(b)
             negs[p.split] += len(b) == 0
+            n_ignore += len(ig)
+            columns.update(k for k, _ in p.meta)
             yield SourceRecord(image_id=p.raw.image_id, split=p.split, source=spec.name,
                                png=encode_png(img), width=int(w), height=int(h), boxes=b,
                                labels=(spec.target_label,) * len(b), sha256=pixel_sha256(img),
-                               group_id=p.group_id, frame_index=p.frame_index)
+                               group_id=p.group_id, frame_index=p.frame_index, ignore=ig,
+                               meta=p.meta)
         if excluded:
             log.info("%s: excluded %d near-duplicates of test images", spec.name, len(excluded))
         self._report = LoadReport(
@@ -346,9 +369,10 @@ class SourceStream:
             box_counts={s: boxes[s] for s in SPLIT_NAMES},
             negative_counts={s: negs[s] for s in SPLIT_NAMES},
             dropped_annotations=dict(sorted(self._dropped.items())),
-            ignored_regions=self._ignored,
+            ignored_regions=n_ignore,
             excluded=tuple(sorted(excluded, key=lambda e: e.image_id)),
-            straddling_groups=self._straddling)
+            straddling_groups=self._straddling, coordinate_base=self._base,
+            unlisted=self._unlisted, meta_columns=tuple(sorted(columns)))
 
     @property
     def report(self) -> LoadReport:

@@ -1,20 +1,24 @@
 """Annotation readers for the four source formats (used by :mod:`.adapters`).
 
-Each reader (VOC and YOLO here, COCO and VisDrone in :mod:`.adapters_coco`) walks a dataset folder, parses *every* annotation eagerly (text only, so
-a malformed file fails before any image is decoded) and returns :class:`RawImage`
-items; pixels are decoded later, one image at a time. Coordinate conventions:
+Each reader (VOC and YOLO here, COCO and VisDrone in :mod:`.adapters_coco`) walks a dataset
+folder, parses *every* annotation eagerly (text only, so a malformed file fails before any
+image is decoded) and returns :class:`RawImage` items with their boxes and ignore regions;
+pixels are decoded later, one image at a time. Coordinate conventions:
 
-* **VOC** ``<bndbox>`` holds 1-based, inclusive pixel indices; with
-  ``one_based=True`` (default) ``x1 = xmin - 1, y1 = ymin - 1, x2 = xmax, y2 = ymax``
-  (continuous 0-based edges; ``xmin == xmax`` is a one-pixel-wide box). Objects
-  marked ``difficult`` are kept.
+* **VOC** ``<bndbox>`` holds pixel indices. ``coordinate_base=1`` (VOC's own convention):
+  ``x1 = xmin - 1, y1 = ymin - 1, x2 = xmax, y2 = ymax`` (continuous 0-based edges;
+  ``xmin == xmax`` is a one-pixel-wide box); ``0``: the values are taken as edges.
+  ``"auto"`` picks 0 for the whole set if any xmin/ymin is 0 (no 1-based index), else 1.
+  Objects marked ``<difficult>1</difficult>`` become ignore regions.
 * **YOLO** lines ``cls cx cy w h`` are fractions of the frame; kept normalised here
   and scaled by the decoded size.
 * **COCO** ``bbox`` is ``[x, y, w, h]`` in 0-based continuous pixels; ``iscrowd=1``
-  regions of a kept class are not individual targets and are counted as ignored.
+  regions of a kept class become ignore regions.
 * **VisDrone-DET** lines ``left,top,width,height,score,category,truncation,occlusion``
-  in pixels; category 0 (ignored region) and score 0 (ignored in evaluation) are
-  counted as ignored, whatever the class.
+  in pixels; category 0 (ignored region) and score-0 rows of a kept class become
+  ignore regions.
+
+Any class mapped to ``"ignore"`` in ``class_map`` becomes an ignore region too.
 
 >>> split_of_name("VisDrone2019-DET-test-dev"), split_of_name("trainImages"), split_of_name("x")
 ('test', 'train', None)
@@ -38,6 +42,7 @@ from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
 
+IGNORE = "ignore"  # the class_map value that turns a class into ignore regions
 IMAGE_EXTS = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp"})
 _SPLIT_ALIASES = {"train": "train", "training": "train", "trainimages": "train",
                   "val": "val", "valid": "val", "validation": "val", "valimages": "val",
@@ -47,9 +52,13 @@ _ANN_DIRS = ("Annotations", "annotations", "labels", "Labels", "xml")
 _YAML_NAMES = ("data.yaml", "data.yml", "dataset.yaml")
 
 
+def _no_boxes() -> np.ndarray:
+    return np.zeros((0, 4), np.float64)
+
+
 @dataclass(frozen=True)
 class RawImage:
-    """One image before decoding: where it is and its kept boxes (xyxy)."""
+    """One image before decoding: where it is, its kept boxes and ignore regions (xyxy)."""
 
     image_id: str
     image_path: Path
@@ -59,21 +68,24 @@ class RawImage:
     refs: tuple[str, ...]  # "object 2" / "line 5" per box, for error messages
     normalized: bool = False
     expected_size: tuple[int, int] | None = None  # (width, height) declared by the annotation
+    ignore: np.ndarray = field(default_factory=_no_boxes)  # float64 (k, 4), like boxes
+    ignore_refs: tuple[str, ...] = ()
+    meta: tuple[tuple[str, str], ...] = ()  # fields of the annotation (COCO image fields)
 
 
 @dataclass
 class ParseResult:
     images: list[RawImage] = field(default_factory=list)
     dropped: Counter = field(default_factory=Counter)  # original class -> boxes mapped to None
-    ignored: int = 0  # VisDrone ignored regions / score 0, COCO crowd regions
+    coordinate_base: int = 0  # the base the boxes were read with (VOC: 0 or 1; others 0)
 
 
 ClassMapper = Callable[[tuple[str, ...], str, str], "str | None"]
 
 
 def make_mapper(class_map: Mapping[str, str | None]) -> ClassMapper:
-    """``mapper(candidates, where, ref)``: the target label (or None) of the first
-    candidate key found in ``class_map``; BadInput if none is."""
+    """``mapper(candidates, where, ref)``: the target label, ``"ignore"`` or None of the
+    first candidate key found in ``class_map``; BadInput if none is."""
     def mapper(candidates: tuple[str, ...], where: str, ref: str) -> str | None:
         for key in candidates:
             if key in class_map:
@@ -81,6 +93,35 @@ def make_mapper(class_map: Mapping[str, str | None]) -> ClassMapper:
         raise BadInput(f"{ref}: unknown class {' / '.join(map(repr, candidates))} "
                        f"(not in class_map, which has {sorted(class_map)})", where=where)
     return mapper
+
+
+def validate_class_map(class_map, target_label: str) -> dict[str, str | None]:
+    """``class_map`` with string keys and values ``target_label``, None or ``"ignore"``
+    (``"none"`` read as None); TypeError/ValueError otherwise."""
+    if not isinstance(class_map, Mapping) or not class_map:
+        raise TypeError("class_map must be a non-empty mapping")
+    cmap = {}
+    for k, v in class_map.items():
+        if isinstance(k, bool) or not isinstance(k, (str, int)):
+            raise TypeError(f"class_map key {k!r} must be a class name or id")
+        if isinstance(v, str) and v.lower() in ("none", IGNORE):
+            v = None if v.lower() == "none" else IGNORE
+        if v is not None and v not in (target_label, IGNORE):
+            raise ValueError(f"class_map[{k!r}] = {v!r}: values must be "
+                             f"{target_label!r}, 'none' or 'ignore'")
+        cmap[str(k)] = v
+    return cmap
+
+
+def validate_coordinate_base(base, format: str) -> str | int:
+    """``"auto"``, 0 or 1 (``"0"``/``"1"`` accepted); 1 only for VOC."""
+    value = int(base) if isinstance(base, str) and base.strip() in ("0", "1") else base
+    if isinstance(value, bool) or value not in ("auto", 0, 1):
+        raise ValueError(f"coordinate_base must be 'auto', 0 or 1, got {base!r}")
+    if value == 1 and format != "voc":
+        raise ValueError(f"coordinate_base 1 is for VOC only: {format} boxes are 0-based "
+                         "by definition (use auto or 0)")
+    return value
 
 
 def split_of_name(name: str) -> str | None:
@@ -155,55 +196,90 @@ def check_area(boxes: np.ndarray, refs: tuple[str, ...], where: str) -> None:
                            "negative area", where=where)
 
 
-def _raw(image_id, img, split, ann, boxes, refs, **kw) -> RawImage:
+def _raw(image_id, img, split, ann, boxes, refs, ignore=(), ignore_refs=(), **kw) -> RawImage:
     arr = np.asarray(boxes, dtype=np.float64).reshape(-1, 4)
+    ign = np.asarray(ignore, dtype=np.float64).reshape(-1, 4)
     check_area(arr, tuple(refs), str(ann or img))
-    return RawImage(image_id, img, split, ann, arr, tuple(refs), **kw)
+    check_area(ign, tuple(ignore_refs), str(ann or img))
+    return RawImage(image_id, img, split, ann, arr, tuple(refs), ignore=ign,
+                    ignore_refs=tuple(ignore_refs), **kw)
 
 
-# ---------------------------------------------------------------- Pascal VOC (HERIDAL)
-def _voc_split_lists(root: Path) -> dict[str, str] | None:
-    main = root / "ImageSets" / "Main"
-    if not main.is_dir():
-        return None
-    out: dict[str, str] = {}
-    for split in ("train", "val", "test"):
-        f = main / f"{split}.txt"
-        if f.exists():
-            for line in f.read_text().split():
-                out[line.strip()] = split
-    return out or None
+def ignore_ref(ref: str, why: str = "ignore region") -> str:
+    return f"{ref} ({why})"
 
 
-def read_voc(root: Path, mapper: ClassMapper, one_based: bool = True) -> ParseResult:
+# ---------------------------------------------------------------- Pascal VOC (HERIDAL, HIT-UAV)
+@dataclass(frozen=True)
+class _VocFile:
+    """One VOC annotation as written (coordinates not yet shifted by the base)."""
+
+    boxes: list
+    refs: list
+    ignore: list
+    ignore_refs: list
+    size: tuple[int, int] | None
+    zero_hint: str | None  # why the file looks 0-based ("object 2: xmin 0"), or None
+
+
+def _voc_xml(img: Path) -> Path | None:
+    cands = [img.with_suffix(".xml")] + [d / f"{img.stem}.xml" for base in
+                                          (img.parent, img.parent.parent) for d in
+                                          (base / n for n in _ANN_DIRS)]
+    return next((c for c in cands if c.is_file()), None)
+
+
+def read_voc(root: Path, mapper: ClassMapper, coordinate_base: str | int = "auto") -> ParseResult:
     res = ParseResult()
-    lists = _voc_split_lists(root)
+    found: list[tuple[str, Path, str | None, Path | None, _VocFile | None]] = []
     claimed: set[Path] = set()
     for img in list_images(root):
-        cands = [img.with_suffix(".xml")] + [d / f"{img.stem}.xml" for base in
-                                              (img.parent, img.parent.parent) for d in
-                                              (base / n for n in _ANN_DIRS)]
-        xml = next((c for c in cands if c.is_file()), None)
-        image_id, dir_split = locate(img, root)
-        split = dir_split if lists is None else lists.get(img.stem)
-        if xml is None:
-            res.images.append(_raw(image_id, img, split, None, [], []))
-            continue
-        claimed.add(xml)
-        boxes, refs, size = _parse_voc(xml, mapper, res.dropped, one_based)
-        res.images.append(_raw(image_id, img, split, xml, boxes, refs, expected_size=size))
+        xml = _voc_xml(img)
+        image_id, split = locate(img, root)
+        if xml is not None:
+            claimed.add(xml)
+        found.append((image_id, img, split, xml,
+                      None if xml is None else _parse_voc(xml, mapper, res.dropped)))
     for xml in sorted(root.rglob("*.xml")):
         if xml not in claimed:
             raise BadInput("annotation has no matching image file", where=str(xml))
-    if lists is not None:
-        missing = set(lists) - {r.image_path.stem for r in res.images}
-        if missing:
-            raise BadInput(f"lists images that do not exist: {sorted(missing)[:5]}",
-                           where=str(root / "ImageSets" / "Main"))
+    hint = next(((xml, f.zero_hint) for *_, xml, f in found if f is not None and f.zero_hint), None)
+    base = coordinate_base if coordinate_base != "auto" else (0 if hint else 1)
+    if coordinate_base == "auto":
+        log.info("VOC coordinate base %d (auto%s)", base,
+                 f": {hint[0]} {hint[1]}" if hint else ": no xmin/ymin is 0")
+    res.coordinate_base = int(base)
+    for image_id, img, split, xml, f in found:
+        if f is None:
+            res.images.append(_raw(image_id, img, split, None, [], []))
+            continue
+        if base == 1:
+            _check_one_based(f, xml)
+        shift = [(x0 - base, y0 - base, x1, y1) for x0, y0, x1, y1 in f.boxes]
+        ign = [(x0 - base, y0 - base, x1, y1) for x0, y0, x1, y1 in f.ignore]
+        res.images.append(_raw(image_id, img, split, xml, shift, f.refs, ign, f.ignore_refs,
+                               expected_size=f.size))
     return res
 
 
-def _parse_voc(xml: Path, mapper: ClassMapper, dropped: Counter, one_based: bool):
+def _check_one_based(f: _VocFile, xml: Path) -> None:
+    for (x0, y0, _, _), ref in zip(f.boxes + f.ignore, f.refs + f.ignore_refs):
+        if min(x0, y0) < 0.5:
+            key, val = ("xmin", x0) if x0 < 0.5 else ("ymin", y0)
+            raise BadInput(f"{ref}: {key} {val:g} is not a 1-based VOC pixel index "
+                           "(coordinate_base 1); the file is 0-based: use --coordinate-base 0 "
+                           "(params: coordinate_base: 0)", where=str(xml))
+
+
+def _voc_size(ann: ET.Element, where: str) -> tuple[int, int] | None:
+    if (sz := ann.find("size")) is None:
+        return None
+    w = _number(sz.findtext("width"), where, "<size><width>", int)
+    h = _number(sz.findtext("height"), where, "<size><height>", int)
+    return (int(w), int(h)) if w > 0 and h > 0 else None  # 0x0: size not recorded
+
+
+def _parse_voc(xml: Path, mapper: ClassMapper, dropped: Counter) -> _VocFile:
     where = str(xml)
     try:
         ann = ET.parse(xml).getroot()
@@ -211,12 +287,8 @@ def _parse_voc(xml: Path, mapper: ClassMapper, dropped: Counter, one_based: bool
         raise BadInput(f"malformed XML: {exc}", where=where) from None
     if ann.tag != "annotation":
         raise BadInput(f"root element is <{ann.tag}>, expected <annotation>", where=where)
-    size = None
-    if (sz := ann.find("size")) is not None:
-        w = _number(sz.findtext("width"), where, "<size><width>", int)
-        h = _number(sz.findtext("height"), where, "<size><height>", int)
-        size = (int(w), int(h)) if w > 0 and h > 0 else None  # 0x0: size not recorded
-    boxes, refs = [], []
+    size, hint = _voc_size(ann, where), None
+    boxes, refs, ignore, ignore_refs = [], [], [], []
     for i, obj in enumerate(ann.findall("object")):
         ref = f"object {i}"
         name = (obj.findtext("name") or "").strip()
@@ -225,15 +297,31 @@ def _parse_voc(xml: Path, mapper: ClassMapper, dropped: Counter, one_based: bool
         bnd = obj.find("bndbox")
         if bnd is None:
             raise BadInput(f"{ref}: missing <bndbox>", where=where)
-        x0, y0, x1, y1 = (_number(bnd.findtext(k), where, f"{ref} <{k}>")
-                          for k in ("xmin", "ymin", "xmax", "ymax"))
-        if mapper((name,), where, ref) is None:
+        box = tuple(_number(bnd.findtext(k), where, f"{ref} <{k}>")
+                    for k in ("xmin", "ymin", "xmax", "ymax"))
+        difficult = _number((obj.findtext("difficult") or "").strip() or "0", where,
+                            f"{ref} <difficult>", int) != 0
+        hint = hint or (f"{ref}: {h}" if (h := _zero_hint(box)) else None)
+        label = mapper((name,), where, ref)
+        if label is None:
             dropped[name] += 1
-            continue
-        off = 1.0 if one_based else 0.0
-        boxes.append((x0 - off, y0 - off, x1, y1))
-        refs.append(ref)
-    return boxes, refs, size
+        elif label == IGNORE or difficult:
+            ignore.append(box)
+            ignore_refs.append(f"{ref} ({name}, {'difficult' if difficult else 'ignore region'})")
+        else:
+            boxes.append(box)
+            refs.append(f"{ref} ({name})")
+    return _VocFile(boxes, refs, ignore, ignore_refs, size, hint)
+
+
+def _zero_hint(box: tuple) -> str | None:
+    """Why a VOC box proves 0-based coordinates (a 0 is no 1-based pixel index), or None.
+
+    ``xmax == width`` proves nothing: it is the last pixel in 1-based indices and the right
+    edge in 0-based edges, so it does not decide the base.
+    """
+    x0, y0 = box[:2]
+    return "xmin 0" if x0 == 0 else "ymin 0" if y0 == 0 else None
 
 
 # ---------------------------------------------------------------- YOLO (SARD, PyroNear)
@@ -272,14 +360,14 @@ def read_yolo(root: Path, mapper: ClassMapper) -> ParseResult:
             res.images.append(_raw(image_id, img, split, None, [], [], normalized=True))
             continue
         claimed.add(txt)
-        boxes, refs = _parse_yolo(txt, names, mapper, res.dropped)
-        res.images.append(_raw(image_id, img, split, txt, boxes, refs, normalized=True))
+        parsed = _parse_yolo(txt, names, mapper, res.dropped)
+        res.images.append(_raw(image_id, img, split, txt, *parsed, normalized=True))
     _orphans(root, "labels", ".txt", claimed, "label file")
     return res
 
 
 def _parse_yolo(txt: Path, names, mapper: ClassMapper, dropped: Counter):
-    where, boxes, refs = str(txt), [], []
+    where, boxes, refs, ignore, ignore_refs = str(txt), [], [], [], []
     for n, line in enumerate(txt.read_text().splitlines(), start=1):
         fields = line.split()
         if not fields:
@@ -294,9 +382,14 @@ def _parse_yolo(txt: Path, names, mapper: ClassMapper, dropped: Counter):
             raise BadInput(f"{ref}: class id {cls} is not in data.yaml names "
                            f"{sorted(names)}", where=where)
         key = names[cls] if names is not None else str(cls)
-        if mapper((key, str(cls)) if names is not None else (key,), where, ref) is None:
+        label = mapper((key, str(cls)) if names is not None else (key,), where, ref)
+        box = (cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2)
+        if label is None:
             dropped[key] += 1
-            continue
-        boxes.append((cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2))
-        refs.append(ref)
-    return boxes, refs
+        elif label == IGNORE:
+            ignore.append(box)
+            ignore_refs.append(ignore_ref(ref))
+        else:
+            boxes.append(box)
+            refs.append(ref)
+    return boxes, refs, ignore, ignore_refs

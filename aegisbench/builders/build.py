@@ -34,12 +34,12 @@ from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.importgraph import closure_files
 from aegisbench.params import Params
 from aegisbench.builders.card import render_card
-from aegisbench.builders.conditions import ConfigSpec, config_specs
+from aegisbench.builders.conditions import ConfigSpec, config_specs, not_physical
 from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
                                             firespread_metas, firespread_tasks)
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
 from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
-from aegisbench.builders.source_table import split_counts
+from aegisbench.builders.source_table import require_eval_splits, split_counts
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,7 @@ def builder_source_hash(package_dir: str | Path = PACKAGE_ROOT) -> str:
 def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list:
     """Every shard of the build: image shards (source x config x index), then the
     fire-spread ensemble blocks when ``params.yaml`` has a ``firespread:`` section."""
+    require_eval_splits({s.name: sources_dir / f"{s.name}.parquet" for s in params.sources})  # refuse, don't warn
     tasks: list = []
     rps = params.build.rows_per_shard
     for src in params.sources:
@@ -75,8 +76,8 @@ def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> li
             raise BadInput("source table missing; run `aegisbench sources` first", where=str(table))
         counts = split_counts(table)
         for spec in specs:
-            if src.track not in spec.tracks:
-                continue
+            if src.track not in spec.tracks or not spec.physical_for(src.modality):
+                continue  # not this track's config, or its physics does not hold for the sensor
             roles = ([("val", f"{src.name}_val")] if spec.include_val else []) + [("test", src.name)]
             for role, split in roles:
                 n = counts.get(role, 0)
@@ -137,13 +138,13 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
     metas = {s.name: s.meta for s in specs}
     descriptions = {s.name: s.description for s in by_name.values()}
-    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license,
+    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
                 "citation": s.citation, "description": s.description} for s in params.sources]
     if params.firespread is not None:
         metas.update(firespread_metas(params.firespread))
         descriptions.update(config_descriptions(params.firespread))
         sources.append(FIRESPREAD_SOURCE)
-    manifest = assemble_manifest(params, tasks, entries, src_hash, metas)
+    manifest = assemble_manifest(params, tasks, entries, src_hash, metas, not_physical(params, specs))
     shutil.rmtree(staging / ".shards", ignore_errors=True)
     card = render_card(manifest, descriptions, sources)
     atomic_write_text(staging / "README.md", card)
@@ -160,7 +161,10 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
 
 
 def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
-                      src_hash: str, metas: dict[str, dict]) -> dict:
+                      src_hash: str, metas: dict[str, dict], skipped: dict[str, dict] | None = None) -> dict:
+    """The manifest; ``skipped`` (:func:`~aegisbench.builders.conditions.not_physical`) is
+    recorded per config as ``not_physical: {source: modality}`` (a config every source
+    skips is kept with no splits, so its meta stays known)."""
     configs: dict = {}
     files: dict = {}
     for task, e in zip(tasks, entries):
@@ -170,6 +174,8 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
         split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
                                 "content_sha256": e.content_sha256, "images": e.images})
         files[e.path] = {"sha256": e.sha256, "bytes": e.bytes}
+    for config, srcs in (skipped or {}).items():
+        configs.setdefault(config, {"splits": {}, "meta": metas[config]})["not_physical"] = dict(sorted(srcs.items()))
     return {
         "format": MANIFEST_FORMAT,
         "benchmark_version": params.benchmark_version,
@@ -178,7 +184,7 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
         "builder_source_hash": src_hash,
         "params_sha256": params.digest(),
         "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
-        "sources": {**{s.name: {"track": s.track, "kind": s.kind} for s in params.sources},
+        "sources": {**{s.name: {"track": s.track, "kind": s.kind, "modality": s.modality} for s in params.sources},
                     **({FIRESPREAD_SOURCE["name"]: {"track": "firespread", "kind": FIRESPREAD_SOURCE["kind"]}}
                        if params.firespread is not None else {})},
         "configs": configs,

@@ -1,6 +1,9 @@
 """The dataset card (``README.md``) of a built repo: YAML that declares every config
 (``configs:`` with ``data_files``, ``dataset_info`` with features and split sizes),
-plus a human description of every config, the sources, their licences and citations.
+plus a human description of every config, the sources (with their sensor modality),
+their licences and citations, and which (source, condition) cells were not built
+because the condition's physics does not hold for the source's sensor
+("n/a (not physical for thermal)").
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import inspect
 import yaml
 
 from aegisbench.builders.hfrepo import FEATURES
-from aegisbench.vocab import COMPOUND, CORRUPTION, WARP_NOISE, parse_corruption_config
+from aegisbench.vocab import CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, WARP_NOISE, parse_corruption_config
 
 CITATION = """@software{aegisbench,
   title  = {AegisBench: per-condition robustness benchmark for disaster-response perception},
@@ -40,19 +43,7 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
     }
     if len(licenses) > 1:
         front["license_name"] = "mixed: " + ", ".join(licenses)
-    for name in sorted(configs, key=lambda c: (c != "clean", c)):
-        splits = configs[name]["splits"]
-        entry = {"config_name": name,
-                 "data_files": [{"split": s, "path": f"{name}/{s}-*.parquet"} for s in sorted(splits)]}
-        if name == "clean":
-            entry["default"] = True
-        front["configs"].append(entry)
-        front["dataset_info"].append({
-            "config_name": name, "features": features_of(name)._to_yaml_list(),
-            "splits": [{"name": s, "num_examples": splits[s]["rows"],
-                        "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
-                       for s in sorted(splits)],
-        })
+    front["configs"], front["dataset_info"] = _declared_configs(configs)
     head = yaml.safe_dump(front, sort_keys=False, width=100)
     version, digest = manifest["benchmark_version"], manifest["dataset_digest"]
     lines = [
@@ -73,18 +64,41 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
     for name in sorted(configs, key=lambda c: (c != "clean", c)):
         splits = configs[name]["splits"]
         rows = sum(s["rows"] for s in splits.values())
-        lines.append(f"| `{name}` | {', '.join(f'`{s}`' for s in sorted(splits))} | {rows} | "
-                     f"{descriptions.get(name, '')} |")
+        lines.append(f"| `{name}` | {', '.join(f'`{s}`' for s in sorted(splits)) or 'none'} | {rows} | "
+                     f"{descriptions.get(name, '')}{_skip_note(configs[name])} |")
     lines += ["", "Splits are named after the source dataset; `<source>_val` is clean validation "
               "(used once to freeze a detector's threshold), `<source>` is the test split.", "",
-              *condition_notes(manifest), *warp_notes(manifest),
-              "## Sources", "", "| source | track | kind | license | description |",
-              "| --- | --- | --- | --- | --- |"]
+              *condition_notes(manifest), *source_condition_notes(manifest), *warp_notes(manifest),
+              "## Sources", "", "| source | track | kind | modality | license | description |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for s in sources:
-        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s['license']} | {s['description']} |")
+        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {s['license']} "
+                     f"| {s['description']} |")
     cites = [s["citation"].strip() for s in sources if s.get("citation")]
     lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", ""]
     return "\n".join(lines)
+
+
+def _declared_configs(configs: dict) -> tuple[list[dict], list[dict]]:
+    """The YAML ``configs`` and ``dataset_info`` entries; a config every source skipped (not
+    physical for any of them) has no data files and is not declared."""
+    entries, info = [], []
+    for name in sorted(configs, key=lambda c: (c != "clean", c)):
+        splits = configs[name]["splits"]
+        if not splits:
+            continue
+        entry = {"config_name": name,
+                 "data_files": [{"split": s, "path": f"{name}/{s}-*.parquet"} for s in sorted(splits)]}
+        if name == "clean":
+            entry["default"] = True
+        entries.append(entry)
+        info.append({
+            "config_name": name, "features": features_of(name)._to_yaml_list(),
+            "splits": [{"name": s, "num_examples": splits[s]["rows"],
+                        "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
+                       for s in sorted(splits)],
+        })
+    return entries, info
 
 
 def condition_notes(manifest: dict) -> list[str]:
@@ -104,7 +118,41 @@ def condition_notes(manifest: dict) -> list[str]:
         targets = " / ".join(f"{t:g}" for t in spec.targets)
         text = " ".join(x for x in (spec.summary, body) if x)
         out.append(f"- `{name}` ({spec.family}): {text} Ladder: `{spec.statistic}` "
-                   f"targets {targets} (s1 / s2 / s3), parameter `{spec.fit_param}`.")
+                   f"targets {targets} (s1 / s2 / s3), parameter `{spec.fit_param}`. "
+                   f"Sensors: {', '.join(spec.modalities)} ({spec.modality_note.rstrip('.')}).")
+    return [*out, ""]
+
+
+def not_physical_text(modality: str) -> str:
+    """The cell text of a condition not built for a source: ``n/a (not physical for thermal)``."""
+    return f"n/a (not physical for {modality})"
+
+
+def _skip_note(cfg: dict) -> str:
+    skipped = cfg.get("not_physical") or {}
+    return "".join(f" `{src}`: {not_physical_text(m)}." for src, m in sorted(skipped.items()))
+
+
+def source_condition_notes(manifest: dict) -> list[str]:
+    """"Sources and conditions" section: test rows of every (config, detection source), or
+    why there are none ("n/a (not physical for thermal)"; "-": not a config of its track)."""
+    srcs = sorted(n for n, s in manifest.get("sources", {}).items() if s.get("track") in DETECTION_TRACKS)
+    cfgs = [c for c in sorted(manifest["configs"], key=lambda c: (c != CLEAN, c))
+            if manifest["configs"][c].get("meta", {}).get("kind") in (CLEAN, CORRUPTION, COMPOUND, WARP_NOISE)]
+    if not srcs or not cfgs:
+        return []
+    mods = {n: manifest["sources"][n].get("modality") or "rgb" for n in srcs}
+    out = ["## Sources and conditions", "",
+           "Test images per source and condition. A condition whose physics does not hold for a source's "
+           "sensor (see each corruption's `Sensors` above) is not built for it.", "",
+           "| config | " + " | ".join(f"`{n}` ({mods[n]})" for n in srcs) + " |",
+           "| --- |" + " --- |" * len(srcs)]
+    for c in cfgs:
+        cfg = manifest["configs"][c]
+        skipped, splits = cfg.get("not_physical") or {}, cfg["splits"]
+        cells = [not_physical_text(skipped[n]) if n in skipped else str(splits[n]["rows"]) if n in splits else "-"
+                 for n in srcs]
+        out.append(f"| `{c}` | " + " | ".join(cells) + " |")
     return [*out, ""]
 
 

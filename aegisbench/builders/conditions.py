@@ -4,13 +4,18 @@
 ``low_light_s3``, or ``all`` for the 27 single conditions), compound conditions
 (``low_light_s2+inundation_s2`` -> config ``low_light_s2__inundation_s2``) and WARP
 global-noise levels (``warp_noise_100`` for a = 0.1, smoke track only). Each config
-carries ``meta`` written to the manifest, so nothing downstream parses names.
+carries ``meta`` written to the manifest, so nothing downstream parses names, and the
+sensor ``modalities`` it is physical for (every part of a compound must hold; ``clean``
+and WARP noise hold for all): a source of another modality gets no split of it
+(:func:`not_physical`).
 
 >>> from aegisbench.params import Params
 >>> p = Params.from_dict({"benchmark_version": "0.1.0", "sources": {},
 ...                       "build": {"conditions": ["low_light_s3"], "warp_noise_levels": [0.1]}})
 >>> [(s.name, s.meta["kind"]) for s in config_specs(p)]
 [('clean', 'clean'), ('low_light_s3', 'corruption'), ('warp_noise_100', 'warp_noise')]
+>>> [s.physical_for("thermal") for s in config_specs(p)]
+[True, False, True]
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ from functools import lru_cache
 
 from aegisbench.errors import BadInput
 from aegisbench.params import Params
-from aegisbench.vocab import (CLEAN, COMPOUND, COMPOUND_FAMILY, CORRUPTION, DETECTION_TRACKS, SMOKE, WARP_FAMILY,
-                              WARP_NOISE, corruption_config)
+from aegisbench.vocab import (CLEAN, COMPOUND, COMPOUND_FAMILY, CORRUPTION, DETECTION_TRACKS, MODALITIES, SMOKE,
+                              WARP_FAMILY, WARP_NOISE, corruption_config)
 
 CLEAN_META = {"kind": CLEAN, "corruption": None, "family": None, "severity": 0,
               "components": [], "warp_level": None}
@@ -31,7 +36,8 @@ CLEAN_META = {"kind": CLEAN, "corruption": None, "family": None, "severity": 0,
 @dataclass(frozen=True)
 class ConfigSpec:
     """One config of the repo. ``meta`` (kind, corruption, family, severity, components,
-    warp_level) is written to the manifest so evaluators never parse config names."""
+    warp_level) is written to the manifest so evaluators never parse config names;
+    ``modalities``: the sensors it is physical for."""
 
     name: str
     description: str
@@ -39,6 +45,15 @@ class ConfigSpec:
     tracks: tuple[str, ...] = DETECTION_TRACKS
     condition: str | None = None  # condition applied to pixels; None keeps the clean bytes
     meta: dict = field(default_factory=lambda: dict(CLEAN_META), compare=False)
+    modalities: tuple[str, ...] = MODALITIES
+
+    def __post_init__(self) -> None:
+        if not self.modalities or not set(self.modalities) <= set(MODALITIES):
+            raise ValueError(f"{self.name}: modalities must be values of {MODALITIES}, got {self.modalities!r}")
+
+    def physical_for(self, modality: str) -> bool:
+        """Whether the config's physics holds for a source of sensor ``modality``."""
+        return modality in self.modalities
 
     def transform(self, params: Params):
         if self.condition is None:
@@ -72,6 +87,7 @@ def _corruption_spec(condition: str, table) -> ConfigSpec:
     if not steps:
         raise BadInput("`clean` is always built; do not list it", where="params.yaml: build.conditions")
     parts = [{"corruption": c, "family": get_spec(c).family, "severity": s} for c, s in steps]
+    modalities = tuple(m for m in MODALITIES if all(m in get_spec(c).modalities for c, _ in steps))
     if len(parts) == 1:
         (p,) = parts
         spec = get_spec(p["corruption"])
@@ -88,7 +104,7 @@ def _corruption_spec(condition: str, table) -> ConfigSpec:
                 "warp_level": None}
         text = ("Compound condition, applied left to right: "
                 + " then ".join(f"`{c}`" for c in meta["components"]) + ".")
-    return ConfigSpec(to_config_name(condition), text, condition=condition, meta=meta)
+    return ConfigSpec(to_config_name(condition), text, condition=condition, meta=meta, modalities=modalities)
 
 
 def _warp_spec(level: float) -> ConfigSpec:
@@ -101,6 +117,18 @@ def _warp_spec(level: float) -> ConfigSpec:
                       "and clipped to 8 bits), for prediction-file submitters; wrapped detectors "
                       "get the noise on their input tensor instead (see WARP below). Smoke track only.",
                       tracks=(SMOKE,), condition=name, meta=meta)
+
+
+def not_physical(params: Params, specs: list[ConfigSpec]) -> dict[str, dict[str, str]]:
+    """``{config: {source: modality}}``: the sources of a config's tracks that get no split
+    of it because its physics does not hold for their sensor (configs without any: absent)."""
+    out: dict[str, dict[str, str]] = {}
+    for spec in specs:
+        skipped = {s.name: s.modality for s in params.sources
+                   if s.track in spec.tracks and not spec.physical_for(s.modality)}
+        if skipped:
+            out[spec.name] = skipped
+    return out
 
 
 def config_specs(params: Params) -> list[ConfigSpec]:

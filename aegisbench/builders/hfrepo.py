@@ -51,6 +51,8 @@ FEATURES = datasets.Features(
         "time_s": datasets.Value("float64"),
         "fire_start_frame": datasets.Value("int32"),
         "sha256": datasets.Value("string"),
+        "ignore": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
+        "meta": datasets.List({"name": datasets.Value("string"), "value": datasets.Value("string")}),
     }
 )
 SCHEMA = features_schema(FEATURES)
@@ -100,6 +102,7 @@ def _row(rec: SourceRecord, condition: str, png: bytes, sha: str) -> dict:
         "objects": {"bbox": rec.boxes.tolist(), "label": list(rec.labels)},
         "group_id": rec.group_id, "frame_index": rec.frame_index, "time_s": rec.time_s,
         "fire_start_frame": rec.fire_start_frame, "sha256": sha,
+        "ignore": rec.ignore.tolist(), "meta": [{"name": k, "value": v} for k, v in rec.meta],
     }
 
 
@@ -107,7 +110,8 @@ def content_key(row: dict) -> list:
     """The parts of a row that define its content (encoder-independent)."""
     o = row["objects"]
     return [row["image_id"], row["sha256"], row["width"], row["height"], o["bbox"], o["label"],
-            row["group_id"], row["frame_index"], row["time_s"], row["fire_start_frame"]]
+            row["group_id"], row["frame_index"], row["time_s"], row["fire_start_frame"], row["ignore"],
+            [[m["name"], m["value"]] for m in row["meta"]]]
 
 
 def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> ShardEntry:

@@ -2,7 +2,8 @@
 
 :func:`contact_sheet` writes a PNG grid of thumbnails with their boxes, for eyeballing a
 source; :func:`write_previews` writes one per source table and, with ``grid``, one frame
-under every corruption x severity (:func:`aegisbench.corruptions.preview.preview_grid`).
+under every corruption x severity (:func:`aegisbench.corruptions.preview.preview_grid`);
+:func:`preview_tables` finds the tables of a built repo's sources.
 
 >>> import tempfile, pathlib, numpy as np
 >>> from aegisbench.builders.source_table import SourceRecord
@@ -26,8 +27,11 @@ import numpy as np
 
 from aegisbench.fields import check_int
 from aegisbench.atomic import atomic_write_bytes
+from aegisbench.builders.manifest import MANIFEST, load_manifest
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
+from aegisbench.params import Params
+from aegisbench.vocab import DETECTION_TRACKS
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +91,30 @@ def _tile(rec: SourceRecord, thumb: int, draw_boxes: bool) -> np.ndarray:
         fs -= 0.03
     cv2.putText(tile, caption, (2, tht + CAPTION_PX - 5), font, fs, (230, 230, 230), 1, cv2.LINE_AA)
     return tile
+
+
+def preview_tables(params: Params, dataset: str | Path | None = None) -> dict[str, Path]:
+    """``name -> table`` (in ``paths.sources``) of every image source to preview: those of the
+    dataset repo ``dataset`` (default ``paths.dataset``, when a repo is built there: a
+    ``--source-dir`` build included), else the sources of ``params``. A missing table is
+    BadInput naming it and the tables that are there."""
+    sources_dir, repo = Path(params.sources_dir), Path(dataset or params.dataset_dir)
+    if dataset is not None or (repo / MANIFEST).is_file():
+        sources = load_manifest(repo)["sources"]
+        names = [n for n, s in sources.items() if s.get("track") in DETECTION_TRACKS]
+        origin, where = f"a source of {repo}", str(repo / MANIFEST)
+    else:
+        names, origin, where = [s.name for s in params.sources], "a source of params.yaml", "params.yaml"
+    tables = {n: sources_dir / f"{n}.parquet" for n in names}
+    missing = [n for n, t in tables.items() if not t.is_file()]
+    if missing:
+        there = sorted(p.stem for p in sources_dir.glob("*.parquet")) if sources_dir.is_dir() else []
+        raise BadInput(f"source table not found for {', '.join(missing)} ({origin}); tables there: "
+                       f"{', '.join(there) or 'none'}; run `aegisbench sources` or pass --source-table",
+                       where=str(tables[missing[0]]))
+    if not tables:
+        raise BadInput(f"no image source to preview ({origin})", where=where)
+    return tables
 
 
 def write_previews(tables: dict[str, str | Path], out_dir: str | Path, *, version: str, split: str = "test",

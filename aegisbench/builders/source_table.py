@@ -14,7 +14,7 @@ Parquet with the schema :data:`SOURCE_SCHEMA` declared up front, and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +27,7 @@ from aegisbench.atomic import atomic_path
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
 
+META_STRUCT = pa.struct([pa.field("name", pa.string()), pa.field("value", pa.string())])
 SOURCE_SCHEMA = pa.schema(
     [
         pa.field("image_id", pa.string(), nullable=False),
@@ -44,7 +45,9 @@ SOURCE_SCHEMA = pa.schema(
         pa.field("frame_index", pa.int32(), nullable=False),  # -1 for stills
         pa.field("time_s", pa.float64(), nullable=True),  # seconds since sequence start
         pa.field("fire_start_frame", pa.int32(), nullable=True),  # smoke sequences
-        pa.field("sha256", pa.string(), nullable=False),  # of decoded pixels
+        pa.field("sha256", pa.string(), nullable=False),  # see aegisbench.hashing.pixel_sha256
+        pa.field("ignore", pa.list_(pa.list_(pa.float32(), 4)), nullable=False),  # ignore regions, xyxy
+        pa.field("meta", pa.list_(META_STRUCT), nullable=False),  # per-image strata (name, value)
     ]
 )
 
@@ -86,6 +89,8 @@ class SourceRecord:
     frame_index: int = -1
     time_s: float | None = None
     fire_start_frame: int | None = None
+    ignore: np.ndarray = field(default_factory=lambda: np.zeros((0, 4), np.float32))  # float32 (k, 4)
+    meta: tuple[tuple[str, str], ...] = ()  # per-image metadata (name, value), sorted by name
     _image: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +102,13 @@ class SourceRecord:
         if len(self.labels) != len(b):
             raise ValueError("labels and boxes differ in length")
         validate_boxes(b, self.width, self.height, where=self.image_id)
+        ig = self.ignore
+        if not isinstance(ig, np.ndarray) or ig.ndim != 2 or ig.shape[1] != 4 or ig.dtype != np.float32:
+            raise TypeError("ignore must be float32 of shape (k, 4)")
+        validate_boxes(ig, self.width, self.height, where=f"{self.image_id} (ignore regions)")
+        names = [k for k, _ in self.meta]
+        if names != sorted(set(names)) or not all(isinstance(v, str) for _, v in self.meta):
+            raise ValueError("meta must be (name, value) string pairs with unique names, sorted")
 
     @classmethod
     def from_image(cls, image_id: str, split: str, source: str, image: np.ndarray,
@@ -122,6 +134,7 @@ class SourceRecord:
             "label": list(self.labels), "group_id": self.group_id,
             "frame_index": self.frame_index, "time_s": self.time_s,
             "fire_start_frame": self.fire_start_frame, "sha256": self.sha256,
+            "ignore": self.ignore.tolist(), "meta": [{"name": k, "value": v} for k, v in self.meta],
         }
 
     @classmethod
@@ -132,7 +145,9 @@ class SourceRecord:
                    png=row["image"], width=row["width"], height=row["height"], boxes=boxes,
                    labels=tuple(row["label"]), sha256=row["sha256"], group_id=row["group_id"],
                    frame_index=row["frame_index"], time_s=row["time_s"],
-                   fire_start_frame=row["fire_start_frame"])
+                   fire_start_frame=row["fire_start_frame"],
+                   ignore=np.asarray(row["ignore"], np.float32).reshape(-1, 4),
+                   meta=tuple((m["name"], m["value"]) for m in row["meta"]))
 
 
 def validate_boxes(boxes: np.ndarray, width: int, height: int, where: str, tol: float = 0.5) -> None:
@@ -186,6 +201,24 @@ def split_counts(path: str | Path) -> dict[str, int]:
     """Rows per canonical split, reading only the ``split`` column."""
     col = pq.read_table(path, columns=["split"]).column("split").to_pylist()
     return {s: col.count(s) for s in SPLITS if s in col}
+
+
+def require_eval_splits(tables: Mapping[str, str | Path]) -> None:
+    """BadInput, one line naming every source at fault and its counts per split, unless each
+    table (name -> path; missing files are skipped) has val images (the threshold is frozen on
+    clean val) and test images (the scored split)."""
+    faults = []
+    for name, path in tables.items():
+        if not Path(path).exists():
+            continue
+        counts = split_counts(path)
+        missing = [s for s in ("val", "test") if not counts.get(s)]
+        if missing:
+            per_split = ", ".join(f"{s} {counts.get(s, 0)}" for s in SPLITS)
+            faults.append(f"source {name}: no {' and no '.join(missing)} images ({per_split})")
+    if faults:
+        raise BadInput("; ".join(faults) + "; every source needs val images (to freeze the threshold) "
+                       "and test images: change --fractions, --split-mode or the split lists")
 
 
 def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Iterator[SourceRecord]:

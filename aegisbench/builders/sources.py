@@ -24,8 +24,9 @@ import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from aegisbench.atomic import atomic_write_text
-from aegisbench.builders.source_table import SourceRecord, split_counts, write_source_table
+from aegisbench.atomic import atomic_write_text, atomic_write_with
+from aegisbench.builders.source_table import (SourceRecord, require_eval_splits, split_counts,
+                                              write_source_table)
 from aegisbench.errors import BadInput
 from aegisbench.params import Params, SourceParams
 
@@ -53,14 +54,22 @@ def _config(cls, src: SourceParams):
 
 
 def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> Path:
-    """Write one source's canonical table (atomic) and its report; returns the table path."""
+    """Write one source's canonical table and its report; returns the table path. The table
+    is published (atomically) only when it has val and test images
+    (:func:`~aegisbench.builders.source_table.require_eval_splits`): else BadInput, nothing written."""
     out_dir = Path(out_dir)
     records, report_of = source_records(src, version)
     path = out_dir / f"{src.name}.parquet"
-    n = write_source_table(records, path)
-    report = {"source": src.name, "rows": n, "splits": split_counts(path), **report_of()}
+    rows = []
+
+    def write(tmp: Path) -> None:
+        rows.append(write_source_table(records, tmp))
+        require_eval_splits({src.name: tmp})
+
+    atomic_write_with(path, write)
+    report = {"source": src.name, "rows": rows[0], "splits": split_counts(path), **report_of()}
     atomic_write_text(out_dir / f"{src.name}.report.json", json.dumps(report, indent=2, sort_keys=True))
-    log.info("source %s: %d images -> %s", src.name, n, path)
+    log.info("source %s: %d images -> %s", src.name, rows[0], path)
     return path
 
 

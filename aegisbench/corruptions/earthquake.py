@@ -47,6 +47,7 @@ from aegisbench.corruptions.optics import (
 )
 from aegisbench.corruptions.registry import corruption
 from aegisbench.fields import check_fields
+from aegisbench.vocab import RGB
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,11 @@ class DustHazeParams:
                         2: DustHazeParams(optical_depth=0.549),
                         3: DustHazeParams(optical_depth=1.14)},
             statistic="rms_contrast", targets=(0.1094, 0.0720, 0.0489), direction=-1,
-            fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("patch_px", "grain_px"))
+            fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("patch_px", "grain_px"),
+            modalities=(RGB,),
+            modality_note=("extinction by mineral dust with a brown visible airlight; the particles (<~10 "
+                           "um) that carry the visible optical depth scatter far less at 8-14 um, so the "
+                           "ladder would overstate thermal loss"))
 def dust_haze(image: np.ndarray, rng: np.random.Generator, p: DustHazeParams,
               px_per_kpx: float) -> np.ndarray:
     """Dust: Koschmieder haze, brown airlight, patchy transmission, near-lens grain.

@@ -53,6 +53,7 @@ from aegisbench.corruptions.optics import (
 )
 from aegisbench.corruptions.registry import corruption
 from aegisbench.fields import check_fields
+from aegisbench.vocab import RGB, THERMAL
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,11 @@ class WaterGlareParams:
                         2: WaterGlareParams(coverage=0.0211),
                         3: WaterGlareParams(coverage=0.0559, bloom=1.0)},
             statistic="saturated_fraction", targets=(0.0116, 0.0182, 0.1895), direction=1,
-            fit_param="coverage", fit_bounds=(0.0, 0.6), spatial=("core_px", "bloom_px", "zone_px"))
+            fit_param="coverage", fit_bounds=(0.0, 0.6), spatial=("core_px", "bloom_px", "zone_px"),
+            modalities=(RGB,),
+            modality_note=("specular reflection of the sun's visible radiance by the wavy surface; at 8-14 "
+                           "um water is a near-black emitter (emissivity ~0.98), so a thermal frame shows no"
+                           " saturating sun glint"))
 def water_glare(image: np.ndarray, rng: np.random.Generator, p: WaterGlareParams,
                 px_per_kpx: float) -> np.ndarray:
     """Sun glint: screen-blended glint cores with bloom, clustered in glitter zones."""
@@ -145,7 +150,11 @@ class TurbidityCastParams:
                         2: TurbidityCastParams(turbidity=0.476),
                         3: TurbidityCastParams(turbidity=0.815)},
             statistic="rms_contrast", targets=(0.1098, 0.0701, 0.0378), direction=-1,
-            fit_param="turbidity", fit_bounds=(0.0, 0.98), spatial=("plume_px",))
+            fit_param="turbidity", fit_bounds=(0.0, 0.98), spatial=("plume_px",),
+            modalities=(RGB,),
+            modality_note=("sediment changes the colour of the water (blue is absorbed first), a visible-"
+                           "band effect; a thermal camera sees the surface's own emission, about the same "
+                           "with or without mud"))
 def turbidity_cast(image: np.ndarray, rng: np.random.Generator, p: TurbidityCastParams,
                    px_per_kpx: float) -> np.ndarray:
     """Sediment water: mud-chromaticity tint and contrast-compressing mud blend."""
@@ -198,7 +207,11 @@ class InundationParams:
                         2: InundationParams(coverage=0.313),
                         3: InundationParams(coverage=0.572)},
             statistic="occluded_fraction", targets=(0.083, 0.224, 0.392), direction=1,
-            fit_param="coverage", fit_bounds=(0.0, 1.0), spatial=("pool_px", "ripple_px"))
+            fit_param="coverage", fit_bounds=(0.0, 1.0), spatial=("pool_px", "ripple_px"),
+            modalities=(RGB, THERMAL),
+            modality_note=("water is opaque at thermal wavelengths too (absorption depth ~10 um): a flooded "
+                           "area shows the water's own near-uniform radiance instead of the ground and of "
+                           "people in it"))
 def inundation(image: np.ndarray, rng: np.random.Generator, p: InundationParams,
                px_per_kpx: float) -> np.ndarray:
     """Standing water: smooth coverage mask, bounded ripple, murky semi-transparent blend."""

@@ -30,11 +30,15 @@ parameter dataclass, but no family ladder. :func:`names` and :func:`get_spec` se
 corruptions unless asked for another kind, so nothing that iterates over the nine meets
 a WARP entry.
 
+Every entry declares ``modalities`` (:data:`aegisbench.vocab.MODALITIES`), the sensors its
+physics holds for, and a ``modality_note`` saying why (the card prints it); a build gives a
+source no split of a config whose corruption (any part of a compound) does not hold for it.
+
 >>> import numpy as np
 >>> import aegisbench.corruptions  # registers the nine corruptions and the WARP perturbations
 >>> spec = get_spec("motion_blur")
->>> (spec.kind, spec.family, spec.fit_param, len(spec.severities))
-('corruption', 'storm', 'length', 3)
+>>> (spec.kind, spec.family, spec.fit_param, len(spec.severities), spec.modalities)
+('corruption', 'storm', 'length', 3, ('rgb', 'thermal'))
 >>> len(names()), names(kind="warp"), get_spec("warp_noise", kind="warp").family
 (9, ['warp_noise', 'cloud_patch'], 'warp')
 """
@@ -54,7 +58,7 @@ from aegisbench.corruptions.optics import check_image
 from aegisbench.corruptions.statistics import STATISTICS
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, is_finite_number, is_int
-from aegisbench.vocab import (CORRUPTION, FAMILIES, PERTURBATION_KINDS, SEVERITIES, family_rank,
+from aegisbench.vocab import (CORRUPTION, FAMILIES, MODALITIES, PERTURBATION_KINDS, SEVERITIES, family_rank,
                               parse_severity_key, severity_key)
 
 __all__ = ["FAMILIES", "SEVERITIES", "CorruptionSpec", "PerturbationSpec", "SeverityTable", "check_severity",
@@ -73,6 +77,15 @@ class PerturbationSpec:
     params_type: type
     summary: str = ""
     spatial: tuple[str, ...] = field(default=())
+    modalities: tuple[str, ...] = ()  # sensors the physics holds for (vocab.MODALITIES); required
+    modality_note: str = ""  # why (printed on the dataset card)
+
+    def __post_init__(self) -> None:
+        m = self.modalities
+        if not isinstance(m, tuple) or not m or len(set(m)) != len(m) or not set(m) <= set(MODALITIES):
+            raise ValueError(f"{self.name}: modalities must be distinct values of {MODALITIES}, got {m!r}")
+        if not isinstance(self.modality_note, str) or not self.modality_note.strip():
+            raise ValueError(f"{self.name}: modality_note must say why the physics holds for {m}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +139,12 @@ def _validate_spec(name: str, family: str, params_type: type, severities: Mappin
                          f"[{plo}, {phi}] of {fit_param}")
 
 
+def _require_modalities(name: str, modalities) -> None:
+    if not isinstance(modalities, tuple):
+        raise TypeError(f"{name}: declare modalities=(...) from {MODALITIES}, the sensors its physics "
+                        f"holds for (got {modalities!r})")
+
+
 def _wrap(name: str, impl: Callable, params: type) -> Callable:
     """The public ``fn(image, rng, *, px_per_kpx=None, **params)`` around
     ``impl(image, rng, params, px_per_kpx) -> uint8 image``."""
@@ -153,25 +172,26 @@ def _wrap(name: str, impl: Callable, params: type) -> Callable:
 
 
 def _summary(impl: Callable) -> str:
-    doc = (impl.__doc__ or "").strip()
-    return doc.splitlines()[0] if doc else ""
+    return ((impl.__doc__ or "").strip().splitlines() or [""])[0]
 
 
 def corruption(name: str, *, family: str, params: type, severities: Mapping[int, Any],
                statistic: str, targets: tuple[float, float, float], direction: int,
-               fit_param: str, fit_bounds: tuple[float, float],
-               spatial: tuple[str, ...] = ()) -> Callable:
+               fit_param: str, fit_bounds: tuple[float, float], spatial: tuple[str, ...] = (),
+               modalities: tuple[str, ...] | None = None, modality_note: str = "") -> Callable:
     """Register ``impl(image, rng, params, px_per_kpx) -> uint8 image`` under ``name``.
 
     The registered (and returned) function has the public signature
     ``fn(image, rng, *, px_per_kpx=None, **params)``: it validates the image, builds
     the parameter dataclass (whose ``__post_init__`` validates the values), runs the
-    model and returns a new uint8 image of the same shape. Raises ValueError on a
-    duplicate name or an inconsistent declaration.
+    model and returns a new uint8 image of the same shape. ``modalities`` (with the
+    ``modality_note`` saying why) is required. Raises ValueError on a duplicate name or
+    an inconsistent declaration, TypeError when ``modalities`` is missing.
     """
     if statistic not in STATISTICS:
         raise ValueError(f"{name}: unknown statistic {statistic!r}")
     _validate_spec(name, family, params, severities, targets, direction, fit_param, fit_bounds)
+    _require_modalities(name, modalities)
 
     def decorate(impl: Callable) -> Callable:
         fn = _wrap(name, impl, params)
@@ -180,16 +200,18 @@ def corruption(name: str, *, family: str, params: type, severities: Mapping[int,
             targets=tuple(float(x) for x in targets), direction=int(direction),
             fit_param=fit_param, fit_bounds=(float(fit_bounds[0]), float(fit_bounds[1])),
             severities=MappingProxyType(dict(severities)), summary=_summary(impl),
-            spatial=tuple(spatial))
+            spatial=tuple(spatial), modalities=modalities, modality_note=modality_note)
         return fn
 
     return decorate
 
 
-def perturbation(name: str, *, kind: str, family: str, params: type) -> Callable:
+def perturbation(name: str, *, kind: str, family: str, params: type,
+                 modalities: tuple[str, ...] | None = None, modality_note: str = "") -> Callable:
     """Register a perturbation that is not a disaster corruption (``kind="warp"``): the
     same public ``fn(image, rng, *, px_per_kpx=None, **params)`` around
-    ``impl(image, rng, params, px_per_kpx)``, a validated parameter dataclass, no ladder."""
+    ``impl(image, rng, params, px_per_kpx)``, a validated parameter dataclass, no ladder;
+    ``modalities`` and ``modality_note`` as for :func:`corruption` (required)."""
     if kind not in PERTURBATION_KINDS or kind == CORRUPTION:
         raise ValueError(f"{name}: kind must be one of {[k for k in PERTURBATION_KINDS if k != CORRUPTION]} "
                          f"(corruptions register with @corruption), got {kind!r}")
@@ -197,11 +219,12 @@ def perturbation(name: str, *, kind: str, family: str, params: type) -> Callable
         raise ValueError(f"{name}: a {kind} perturbation is not in the disaster family {family!r}")
     if not dataclasses.is_dataclass(params):
         raise TypeError(f"{name}: params must be a dataclass type")
+    _require_modalities(name, modalities)
 
     def decorate(impl: Callable) -> Callable:
         fn = _wrap(name, impl, params)
         _REGISTRY[name] = PerturbationSpec(name=name, kind=kind, family=family, fn=fn, params_type=params,
-                                           summary=_summary(impl))
+                                           summary=_summary(impl), modalities=modalities, modality_note=modality_note)
         return fn
 
     return decorate

@@ -47,7 +47,8 @@ def mean_sobel(image: np.ndarray, clean: np.ndarray | None = None) -> float:
     g = _luma(image).astype(np.float32) * np.float32(1.0 / 255.0)
     gx = cv2.Sobel(g, cv2.CV_32F, 1, 0, ksize=3)
     gy = cv2.Sobel(g, cv2.CV_32F, 0, 1, ksize=3)
-    return float(cv2.mean(cv2.magnitude(gx, gy))[0])
+    # float64 numpy mean (pairwise, fixed order): cv2.mean over float32 drifts in the 13th digit
+    return float(np.mean(cv2.magnitude(gx, gy), dtype=np.float64))
 
 
 def mean_luminance(image: np.ndarray, clean: np.ndarray | None = None) -> float:

@@ -58,6 +58,7 @@ from aegisbench.corruptions.optics import (
 )
 from aegisbench.corruptions.registry import corruption
 from aegisbench.fields import check_fields
+from aegisbench.vocab import RGB, THERMAL
 
 _DECODE_U16 = decode_lut(dtype=np.uint16)
 
@@ -93,7 +94,11 @@ class RainStreaksParams:
                         3: RainStreaksParams(density=1640.0, veil=0.20)},
             statistic="streak_density", targets=(0.04, 0.09, 0.17), direction=1,
             fit_param="density", fit_bounds=(0.0, 20000.0),
-            spatial=("length_px", "width_px"))
+            spatial=("length_px", "width_px"),
+            modalities=(RGB, THERMAL),
+            modality_note=("drops are opaque emitters at thermal wavelengths and the rain volume attenuates "
+                           "the path, so streaks and veil appear in thermal frames as well (drawn brighter "
+                           "than the scene)"))
 def rain_streaks(image: np.ndarray, rng: np.random.Generator, p: RainStreaksParams,
                  px_per_kpx: float) -> np.ndarray:
     """Rain: additive wind-tilted streaks over a grey veil."""
@@ -145,7 +150,10 @@ class MotionBlurParams:
                         2: MotionBlurParams(length=17.0),
                         3: MotionBlurParams(length=25.0)},
             statistic="mean_sobel", targets=(0.0764, 0.0572, 0.0472), direction=-1,
-            fit_param="length", fit_bounds=(0.0, 200.0), spatial=("length",))
+            fit_param="length", fit_bounds=(0.0, 200.0), spatial=("length",),
+            modalities=(RGB, THERMAL),
+            modality_note=("geometric: platform motion during the exposure (a microbolometer's integration "
+                           "time) smears the image of any sensor"))
 def motion_blur(image: np.ndarray, rng: np.random.Generator, p: MotionBlurParams,
                 px_per_kpx: float) -> np.ndarray:
     """Platform shake: linear-light line kernel in a random direction."""
@@ -235,7 +243,11 @@ class LowLightParams:
                         2: LowLightParams(stops=2.94, shot_noise=0.035, read_noise=0.024),
                         3: LowLightParams(stops=4.47, shot_noise=0.060, read_noise=0.039)},
             statistic="mean_luminance", targets=(0.2355, 0.1533, 0.1175), direction=-1,
-            fit_param="stops", fit_bounds=(0.0, 10.0))
+            fit_param="stops", fit_bounds=(0.0, 10.0),
+            modalities=(RGB,),
+            modality_note=("photon scaling of reflected light, twilight white balance (blue shift) and the "
+                           "shot noise of a visible-band sensor; a thermal camera images emitted radiation "
+                           "and is not darker at dusk"))
 def low_light(image: np.ndarray, rng: np.random.Generator, p: LowLightParams,
               px_per_kpx: float) -> np.ndarray:
     """Low light: exposure loss, twilight white balance, shot + read noise, in linear light.

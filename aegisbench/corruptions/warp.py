@@ -48,8 +48,8 @@ from aegisbench.corruptions.registry import perturbation
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, check_float, check_int, is_int
 from aegisbench.hashing import rng_for
-from aegisbench.vocab import CLOUD_PATCH, WARP, WARP_FAMILY, WARP_GRID, WARP_NOISE, parse_warp_noise_config, \
-    warp_noise_config
+from aegisbench.vocab import CLOUD_PATCH, MODALITIES, WARP, WARP_FAMILY, WARP_GRID, WARP_NOISE, \
+    parse_warp_noise_config, warp_noise_config
 
 PATCH_PX_PER_KPX = 25.0 * 1000.0 / 640.0
 _SUPERSAMPLE = 4
@@ -74,7 +74,9 @@ class WarpNoiseParams:
             raise BadInput(f"noise level a {exc.detail}", where=WARP_NOISE) from None
 
 
-@perturbation(WARP_NOISE, kind=WARP, family=WARP_FAMILY, params=WarpNoiseParams)
+@perturbation(WARP_NOISE, kind=WARP, family=WARP_FAMILY, params=WarpNoiseParams, modalities=MODALITIES,
+              modality_note="a statistical perturbation of the pixel array (noise scaled by the frame's own "
+                            "standard deviation), not a model of one band's physics: it holds for any sensor")
 def warp_noise(image: np.ndarray, rng: np.random.Generator, p: WarpNoiseParams, px_per_kpx: float) -> np.ndarray:
     """WARP global noise overlay ``(1 - a) x + a * std(x) * N(0, 1)``."""
     a = p.a
@@ -294,7 +296,9 @@ class CloudPatchParams:
             check_int(self.patch_px, "patch_px", lo=1, error=BadInput, where=f"{CLOUD_PATCH}.patch_px")
 
 
-@perturbation(CLOUD_PATCH, kind=WARP, family=WARP_FAMILY, params=CloudPatchParams)
+@perturbation(CLOUD_PATCH, kind=WARP, family=WARP_FAMILY, params=CloudPatchParams, modalities=MODALITIES,
+              modality_note="a deception test of the detector (a cloud sprite pasted into the frame), "
+                            "not a model of one band's physics: it holds for any sensor")
 def cloud_patch(image: np.ndarray, rng: np.random.Generator, p: CloudPatchParams, px_per_kpx: float) -> np.ndarray:
     """WARP local deception: a procedural cloud (drawn from ``rng``) pasted at one grid slot."""
     ph, pw = _patch_size(image.shape, p.patch_px)

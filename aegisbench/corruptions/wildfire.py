@@ -42,6 +42,7 @@ from aegisbench.corruptions.optics import (
 )
 from aegisbench.corruptions.registry import corruption
 from aegisbench.fields import check_fields
+from aegisbench.vocab import RGB
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,11 @@ class SmokeHazeParams:
                         2: SmokeHazeParams(optical_depth=0.508),
                         3: SmokeHazeParams(optical_depth=1.82)},
             statistic="rms_contrast", targets=(0.1170, 0.0776, 0.0475), direction=-1,
-            fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("plume_px",))
+            fit_param="optical_depth", fit_bounds=(0.0, 6.0), spatial=("plume_px",),
+            modalities=(RGB,),
+            modality_note=("fine smoke has Angstrom exponent ~1-2, so at 10 um its optical depth is 20-300x "
+                           "smaller than at 550 nm: LWIR sees through the smoke (why fire crews use thermal "
+                           "cameras)"))
 def smoke_haze(image: np.ndarray, rng: np.random.Generator, p: SmokeHazeParams,
                px_per_kpx: float) -> np.ndarray:
     """Smoke: Koschmieder haze with neutral grey airlight and plume-structured depth."""
@@ -110,7 +115,11 @@ class FireWarmTintParams:
                         2: FireWarmTintParams(cct_k=2620.0, optical_depth=0.35),
                         3: FireWarmTintParams(cct_k=2270.0, optical_depth=0.45)},
             statistic="mean_rb_ratio", targets=(1.674, 2.072, 2.452), direction=1,
-            fit_param="cct_k", fit_bounds=(900.0, 6504.0), spatial=("plume_px",))
+            fit_param="cct_k", fit_bounds=(900.0, 6504.0), spatial=("plume_px",),
+            modalities=(RGB,),
+            modality_note=("a blackbody white-balance shift of the visible colour channels plus a warm "
+                           "airlight; a thermal camera has no white balance and fire light casts no colour "
+                           "on it"))
 def fire_warm_tint(image: np.ndarray, rng: np.random.Generator, p: FireWarmTintParams,
                    px_per_kpx: float) -> np.ndarray:
     """Fire light: blackbody white-balance shift plus warm-airlight Koschmieder haze."""

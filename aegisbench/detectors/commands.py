@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from aegisbench.errors import BadInput
-from aegisbench.vocab import WARP_GRID
+from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("detect", help="run a wrapped detector over a dataset repo and write a submission")
     _detector_args(p)
     p.add_argument("--track", required=True, help="sar or smoke")
+    p.add_argument("--classes", help="model classes (names or ids, comma-separated) that are the track's target "
+                   "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
+                   "target, or a single-class model's one class")
     p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
     p.add_argument("--name", help="submission name (default: the folder name)")
     p.add_argument("--model", help="model description (default: detector and weights file)")
@@ -51,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train-reference", help="train the reference detector (Ultralytics YOLO from its "
                        "model YAML, offline) on a source's train split")
     p.add_argument("--params", default="params.yaml", help="params file with a reference_detector section")
-    p.add_argument("--source", required=True, help="source name (its table is <paths.sources>/<source>.parquet)")
+    p.add_argument("--source", required=True, help="source name: a params source or one built with `build "
+                   "--source-dir --name NAME` (its table is <paths.sources>/<source>.parquet)")
     p.add_argument("--source-table", help="explicit canonical source table (overrides --source lookup)")
     p.add_argument("--out", required=True, help="output folder (weights.pt, train.json)")
     p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
@@ -62,7 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--detector", required=True, help="yolo, rtdetr or fasterrcnn")
-    p.add_argument("--weights", required=True, help="local checkpoint (.pt) or Ultralytics model YAML")
+    p.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
     p.add_argument("--dataset", default="data/aegisbench", help="dataset repo (default data/aegisbench)")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
     p.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
@@ -127,6 +131,7 @@ def cmd_detect(args) -> int:
     executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
     connect(executor)  # a missing or unreachable cluster fails here, before anything is written
     manifest, detector = _prepare(args, check, on_driver="cpu" if executor.kind == "ray" else None)
+    detector.map_classes(TRACK_LABELS[args.track], args.classes)
     report = run_detect(detector, args.dataset, args.track, out, info, run, manifest=manifest,
                         executor=executor, device=args.device, half=args.half)
     resumed = report["configs_resumed"]
@@ -165,7 +170,10 @@ def cmd_train_reference(args) -> int:
         ref = dataclasses.replace(ref, **overrides)
     table = Path(args.source_table) if args.source_table else Path(params.sources_dir) / f"{args.source}.parquet"
     if not table.is_file():
-        raise BadInput("source table not found; run `aegisbench sources` first", where=str(table))
+        have = sorted(p.stem for p in table.parent.glob("*.parquet")) if not args.source_table else []
+        raise BadInput(f"source table not found (tables there: {', '.join(have) or 'none'}); run `aegisbench "
+                       "sources`, or `aegisbench build --source-dir DIR --name NAME` for a local folder",
+                       where=str(table))
     report = train_reference(table, args.out, ref, score=not args.no_score)
     print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},
                      sort_keys=True))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aegisbench.detectors.classes import ClassMap, resolve_classes
 from aegisbench.detectors.tiling import TilingParams, cap_detections, merge_windows, tile_windows
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, check_bool, check_float, check_int
@@ -58,7 +59,8 @@ class DetectorOptions:
     validator's default per-image cap is 1000); ``imgsz`` None keeps native resolution (the model input is the window itself,
     padded to the stride), an int resizes the longer window side to it; ``nms_iou``
     is the model's own NMS IoU where it has one (None: the framework default, 0.7 for
-    Ultralytics, 0.5 for torchvision); ``half`` is FP16 on CUDA only.
+    Ultralytics, 0.5 for torchvision); ``half`` is FP16 on CUDA only; ``classes`` the
+    model classes kept and written as the track's label (None: every class, its own name).
     """
 
     device: str = "cpu"
@@ -70,6 +72,7 @@ class DetectorOptions:
     imgsz: int | None = None
     nms_iou: float | None = None
     tiling: TilingParams = field(default_factory=TilingParams)
+    classes: ClassMap | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -84,6 +87,8 @@ class DetectorOptions:
             check_int(self.imgsz, "imgsz", lo=32, error=BadInput, where="--imgsz")
         if not isinstance(self.tiling, TilingParams):
             raise TypeError("tiling must be TilingParams")
+        if self.classes is not None and not isinstance(self.classes, ClassMap):
+            raise TypeError("classes must be a ClassMap or None")
 
 
 def resolve_device(device: str) -> str:
@@ -173,7 +178,8 @@ def add_input_noise(batch, noise: InputNoise):
 class Detector(ABC):
     """A wrapped detector. Subclasses set ``name`` and implement ``predict_windows``;
     those that can add WARP noise at the model input set ``input_noise = True`` and take
-    ``noise`` (an :class:`InputNoise` with one key per window) in ``predict_windows``."""
+    ``noise`` (an :class:`InputNoise` with one key per window) in ``predict_windows``;
+    ``names`` maps the model's class ids to names."""
 
     name: str = "detector"
     input_noise: bool = False
@@ -181,6 +187,16 @@ class Detector(ABC):
     def __init__(self, options: DetectorOptions):
         self.options = options
         self.stats = Throughput()
+        self.names: dict[int, str] = {}
+
+    def map_classes(self, target: str, spec: str | None = None) -> ClassMap:
+        """Keep only the model classes ``spec`` names (default: see
+        :func:`~aegisbench.detectors.classes.resolve_classes`), written as ``target``."""
+        from dataclasses import replace
+
+        classes = resolve_classes(self.names, spec, target)
+        self.options = replace(self.options, classes=classes)
+        return classes
 
     @abstractmethod
     def predict_windows(self, windows: list[np.ndarray]) -> list[Detections]:

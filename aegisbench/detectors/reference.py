@@ -275,14 +275,15 @@ def score_on_source(detector, source_table: str | Path, batch_frames: int = 8) -
             chunk = recs[s:s + batch_frames]
             preds += detector.predict([r.image() for r in chunk])
             gts += [r.boxes for r in chunk]
-        return preds, gts
+            frames += [r.ignore for r in chunk]  # ignore regions: COCO crowd in the matcher and mAP
+        return preds, gts, frames
 
-    vp, vg = run("val")
-    thr, val_f1 = freeze_threshold(match_images([d.xyxy for d in vp], [d.score for d in vp], vg))
-    tp_, tg = run("test")
-    m = match_images([d.xyxy for d in tp_], [d.score for d in tp_], tg)
+    vp, vg, vi = run("val")
+    thr, val_f1 = freeze_threshold(match_images([d.xyxy for d in vp], [d.score for d in vp], vg, ignore_xyxy=vi))
+    tp_, tg, ti = run("test")
+    m = match_images([d.xyxy for d in tp_], [d.score for d in tp_], tg, ignore_xyxy=ti)
     c = f1_curve(m, [thr])
-    maps = map_from_arrays([d.xyxy for d in tp_], [d.score for d in tp_], tg)
+    maps = map_from_arrays([d.xyxy for d in tp_], [d.score for d in tp_], tg, ignore_xyxy=ti)
     return {"threshold": thr, "val_f1": round(val_f1, 4), "test_recall": round(float(c["recall"][0]), 4),
             "test_precision": round(float(c["precision"][0]), 4), "test_f1": round(float(c["f1"][0]), 4),
             "test_map50": round(float(maps["map50"]), 4), "test_map50_95": round(float(maps["map50_95"]), 4),

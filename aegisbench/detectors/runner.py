@@ -9,6 +9,11 @@ resumes per config and never mixes parts of different runs. At the end the parts
 joined into ``predictions.parquet``, ``submission.yaml`` is written (with the dataset
 manifest digest) and the completed folder is swapped into place.
 
+Only the model classes of the detector's class map (``options.classes``; when unset,
+:meth:`~aegisbench.detectors.interface.Detector.map_classes` picks them or refuses the
+model) are written, labelled with the track's label; the map is recorded under
+``classes`` in ``submission.yaml`` and is part of the run key.
+
 WARP global-noise configs (seed 000) are not predicted from their stored frames by
 wrapped detectors (``input_noise``): the clean frame of the same image is read and the
 noise level added to the tensor the model sees (``warp_noise: model_input`` in the
@@ -44,7 +49,7 @@ from aegisbench.fields import check_int
 from aegisbench.executor import Executor
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.predictions import PREDICTION_SCHEMA, write_parquet_predictions
-from aegisbench.vocab import CLEAN, DETECTION_TRACKS
+from aegisbench.vocab import CLEAN, DETECTION_TRACKS, TRACK_LABELS
 
 log = logging.getLogger(__name__)
 
@@ -159,6 +164,11 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     manifest = manifest or require_verified(repo)  # before anything is written
     plan = track_splits(manifest, track)
     check_output(out, run.overwrite)
+    if detector.options.classes is None:
+        detector.map_classes(TRACK_LABELS[track])
+    elif detector.options.classes.target != TRACK_LABELS[track]:
+        raise BadInput(f"the class map writes {detector.options.classes.target!r}, track {track!r} is labelled "
+                       f"{TRACK_LABELS[track]!r}", where="--classes")
     executor = executor or Executor()
     remote = executor.kind == "ray" or executor.workers > 1
     spec = worker_spec(detector, executor, device, half) if remote else None
@@ -290,6 +300,8 @@ def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: 
             "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
     if empty:
         meta["no_detections"] = empty
+    if detector.options.classes is not None:
+        meta["classes"] = detector.options.classes.record()
     meta["detector"] = detector_record(detector, warp_noise)
     atomic_write_text(staging / "submission.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
     shutil.rmtree(parts)
@@ -305,4 +317,5 @@ def detector_record(detector: Detector, warp_noise: str | None = None) -> dict:
             "weights_sha256": file_sha256(weights) if weights.is_file() else None,
             "score_floor": float(o.conf), "max_det_window": o.max_det, "max_det_frame": o.max_det_frame,
             "imgsz": o.imgsz, "model_nms_iou": o.nms_iou, "half": o.half,
-            "tiling": dataclasses.asdict(o.tiling), **({"warp_noise": warp_noise} if warp_noise else {})}
+            "tiling": dataclasses.asdict(o.tiling), **({"warp_noise": warp_noise} if warp_noise else {}),
+            **({"class_ids": list(o.classes.ids)} if o.classes is not None else {})}

@@ -10,6 +10,9 @@ resolution is kept by setting the internal resize to the window size; ``half`` r
 under CUDA autocast (FP16 where torchvision allows it). WARP noise at the model input
 is added by a forward hook on ``model.transform`` to the batched tensor it hands the
 backbone (after normalisation, resize and padding), one keyed generator per window.
+With a class map (``options.classes``) the per-class NMS runs uncapped, boxes of other
+classes are dropped (they never suppress mapped ones: torchvision's NMS is per class),
+the mapped classes are merged by one NMS at the model's IoU, then capped at ``max_det``.
 
 >>> FASTERRCNN_KEYS[0]
 'backbone.body.conv1.weight'
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 FASTERRCNN_KEYS = ("backbone.body.conv1.weight", "rpn.head.conv.0.0.weight",
                    "roi_heads.box_predictor.cls_score.weight")
 _CLS = "roi_heads.box_predictor.cls_score.weight"
+_UNCAPPED = 1 << 20  # detections per image while a class map filters them (capped after)
 
 
 def save_fasterrcnn(model, path: str | Path, classes: Sequence[str] = ()) -> None:
@@ -128,6 +132,8 @@ class FasterRCNNDetector(Detector):
             t.min_size, t.max_size = (max(1, round(side * min(h, w) / max(h, w))),), side
         batch = torch.from_numpy(np.stack(windows)).to(self.device)
         batch = batch.permute(0, 3, 1, 2).float().div_(255.0)
+        classes = self.options.classes
+        self.model.roi_heads.detections_per_img = self.options.max_det if classes is None else _UNCAPPED
         self._noise = noise
         try:
             with torch.inference_mode(), torch.autocast("cuda", torch.float16, enabled=self.options.half):
@@ -136,9 +142,27 @@ class FasterRCNNDetector(Detector):
             self._noise = None
         dets = []
         for o in out:
+            if classes is not None:
+                o = self._mapped(o, classes)
             xyxy = o["boxes"].float().cpu().numpy().astype(np.float32).reshape(-1, 4)
             score = np.clip(o["scores"].float().cpu().numpy().astype(np.float32), 0.0, 1.0)
             label = np.array([self.names.get(int(c), str(int(c))) for c in o["labels"].cpu().tolist()], object)
+            if classes is not None:
+                label[:] = classes.target
             ok = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
             dets.append(Detections(xyxy[ok], score[ok], label[ok]))
         return dets
+
+    def _mapped(self, out: dict, classes) -> dict:
+        """The boxes of the mapped classes of one uncapped output, merged across those classes
+        (one NMS at the model's IoU when several are mapped) and capped at ``max_det``."""
+        import torch
+        from torchvision.ops import nms
+
+        keep = torch.isin(out["labels"], torch.tensor(classes.ids, device=out["labels"].device))
+        out = {k: v[keep] for k, v in out.items()}
+        order = torch.argsort(out["scores"], descending=True, stable=True)
+        if len(classes.ids) > 1:
+            order = nms(out["boxes"].float(), out["scores"].float(), self.model.roi_heads.nms_thresh)
+        order = order[:self.options.max_det]
+        return {k: v[order] for k, v in out.items()}

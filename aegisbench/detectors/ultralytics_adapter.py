@@ -1,14 +1,17 @@
-"""Ultralytics adapters: YOLO (v8, 11 and newer) and RT-DETR, from a ``.pt`` checkpoint or a model YAML.
+"""Ultralytics adapters: YOLO (v8, 11 and newer) and RT-DETR, from a trained ``.pt`` checkpoint.
 
-Nothing is downloaded: weights must be a local file (a YAML may also be the bare name
-of a config shipped inside the ``ultralytics`` package, e.g. ``yolov8n.yaml``, which
-builds an untrained model). Ultralytics is imported with ``YOLO_OFFLINE=1`` (no
+Nothing is downloaded: weights must be a local file. A model YAML (which builds an
+untrained network) is refused, and so is a checkpoint without the record Ultralytics'
+trainer writes into every checkpoint it saves (``train_args``), such as a model built
+from its YAML and saved. Ultralytics is imported with ``YOLO_OFFLINE=1`` (no
 connectivity probe, no telemetry) and ``ULTRALYTICS_SAFE_LOAD=1`` (checkpoints load
 with ``torch.load(weights_only=True)`` against Ultralytics' allow-list); if it was
 imported earlier without that flag, the checkpoint is first loaded once with
 ``torch_safe_load(..., safe_only=True)`` so an unsafe pickle never reaches the full
 loader. Frames reach the framework's own predictor (letterbox, NMS, rescaling), as
-BGR arrays, with ``conf`` near zero. WARP noise at the model input is added by a
+BGR arrays, with ``conf`` near zero; with a class map (``options.classes``) only the
+mapped classes enter its NMS (class-agnostic among them) and the per-window cap, and
+every box is labelled with the target. WARP noise at the model input is added by a
 subclass of the model's predictor whose ``preprocess`` puts it on the batch tensor
 (after letterbox, BGR->RGB and /255), one keyed generator per window.
 
@@ -31,6 +34,7 @@ from aegisbench.predictions import Detections
 log = logging.getLogger(__name__)
 
 _YAML = (".yaml", ".yml")
+TRAINED_KEY = "train_args"  # written by Ultralytics' trainer into every checkpoint it saves
 
 
 def import_ultralytics():
@@ -58,20 +62,18 @@ def _native_imgsz(width: int, height: int, stride: int = 32) -> int:
     return int(-(-max(width, height) // stride) * stride)
 
 
-def packaged_yaml(name: str) -> Path | None:
-    """Path of a model YAML shipped in the ultralytics package (``yolov8.yaml`` for
-    ``yolov8n.yaml``: the scale letter is read from the name), or None."""
-    import re
+def check_trained(model, weights: str) -> None:
+    """BadInput unless the loaded checkpoint holds a network and the training record of
+    Ultralytics' trainer (a model built from its YAML and saved has neither record nor training)."""
+    import torch
 
-    import ultralytics
-
-    root = Path(ultralytics.__file__).parent / "cfg" / "models"
-    stem = Path(name).stem
-    for cand in (name, re.sub(r"(\d+)([nslmx])(.*)$", r"\1\3", stem) + Path(name).suffix):
-        hits = sorted(root.rglob(cand))
-        if hits:
-            return hits[0]
-    return None
+    ckpt = getattr(model, "ckpt", None)
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get(TRAINED_KEY), dict) or not ckpt[TRAINED_KEY]:
+        raise BadInput(f"checkpoint holds no trained weights (no {TRAINED_KEY!r} training record: a model built "
+                       "from its YAML and saved is untrained); pass a checkpoint written by training", where=weights)
+    net = ckpt.get("ema") or ckpt.get("model")
+    if not isinstance(net, torch.nn.Module) or not net.state_dict():
+        raise BadInput("checkpoint holds no 'model' with weights", where=weights)
 
 
 class _Pending:
@@ -133,16 +135,9 @@ class UltralyticsDetector(Detector):
 
         lower = weights.lower()
         if lower.endswith(_YAML):
-            path = Path(weights)
-            if not path.exists() and (path.name != weights or packaged_yaml(weights) is None):
-                raise BadInput("model YAML not found (a local file, or the name of a config shipped "
-                               "with ultralytics)", where=weights)
-            try:
-                model = (RTDETR if kind == "rtdetr" else YOLO)(weights)
-            except (KeyError, ValueError, TypeError, SyntaxError, AttributeError, IndexError) as exc:
-                raise BadInput(f"not a buildable Ultralytics model YAML ({type(exc).__name__}: {exc})",
-                               where=weights) from None
-        elif lower.endswith(".pt"):
+            raise BadInput("a model YAML builds an untrained network; pass a trained .pt checkpoint "
+                           "(e.g. from aegisbench train-reference)", where=weights)
+        if lower.endswith(".pt"):
             path = check_weights(weights)
             if not tasks.SAFE_LOAD:
                 _safe_precheck(str(path))
@@ -152,7 +147,7 @@ class UltralyticsDetector(Detector):
                 first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
                 raise BadInput(f"not a loadable Ultralytics checkpoint: {first}", where=weights) from None
         else:
-            raise BadInput("Ultralytics weights must be a .pt checkpoint or a model .yaml", where=weights)
+            raise BadInput("Ultralytics weights must be a trained .pt checkpoint", where=weights)
         net = model.model
         is_rtdetr = isinstance(net, tasks.RTDETRDetectionModel)
         if getattr(model, "task", None) != "detect" or not isinstance(net, tasks.DetectionModel):
@@ -161,6 +156,7 @@ class UltralyticsDetector(Detector):
             want = "an RT-DETR" if kind == "rtdetr" else "a YOLO"
             raise BadInput(f"checkpoint is not {want} model ({type(net).__name__}); "
                            f"use --detector {'rtdetr' if is_rtdetr else 'yolo'}", where=weights)
+        check_trained(model, weights)
         return model
 
     def describe(self) -> dict:
@@ -174,6 +170,8 @@ class UltralyticsDetector(Detector):
         bgr = [np.ascontiguousarray(x[..., ::-1]) for x in windows]
         kw = dict(imgsz=imgsz, conf=float(o.conf), iou=0.7 if o.nms_iou is None else float(o.nms_iou),
                   max_det=o.max_det, device=o.device, verbose=False, save=False, **precision_args(o.half))
+        if o.classes is not None:  # other classes never reach the NMS or the cap; mapped ones are one class
+            kw.update(classes=list(o.classes.ids), agnostic_nms=True)
 
         def run(idx: list[int]) -> list:
             self._pending.set(None if noise is None else InputNoise(noise.level, tuple(noise.keys[i] for i in idx)))
@@ -192,6 +190,9 @@ class UltralyticsDetector(Detector):
         cls = boxes.cls.cpu().numpy().astype(np.int64)
         label = np.array([str(self.names.get(int(c), int(c))) for c in cls], dtype=object)
         ok = (xyxy[:, 2] > xyxy[:, 0]) & (xyxy[:, 3] > xyxy[:, 1])
+        if self.options.classes is not None:
+            ok &= np.isin(cls, self.options.classes.ids)
+            label[:] = self.options.classes.target
         return Detections(xyxy[ok], score[ok], label[ok])
 
 

@@ -17,6 +17,7 @@ grid and the patch size are recorded under ``warp_patch`` in ``submission.yaml``
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import shutil
@@ -33,13 +34,14 @@ from tqdm import tqdm
 from aegisbench.atomic import atomic_path, atomic_write_text, resumable_dir
 from aegisbench.builders.manifest import require_verified
 from aegisbench.builders.source_table import decode_image
+from aegisbench.detectors.classes import classes_of_ids
 from aegisbench.detectors.interface import Detector
 from aegisbench.detectors.loader import background
 from aegisbench.detectors.runner import detector_record
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_bool, check_int
 from aegisbench.hashing import json_sha256, rng_for
-from aegisbench.vocab import CLEAN, SMOKE, WARP_GRID, WARP_PATCH
+from aegisbench.vocab import CLEAN, SMOKE, TRACK_LABELS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
 
@@ -154,13 +156,26 @@ def _submission_meta(meta_path: Path, manifest: dict, detector: Detector) -> tup
                        where=str(meta_path))
     if meta.get("dataset_digest") != manifest["dataset_digest"]:
         raise BadInput("submission was made on another dataset build (dataset_digest differs)", where=str(meta_path))
-    record = detector_record(detector)
     declared = (meta.get("detector") or {}).get("weights_sha256")
-    if declared and declared != record["weights_sha256"]:
+    if declared and declared != detector_record(detector)["weights_sha256"]:
         raise BadInput("the WARP test must run the submission's own model (its frozen threshold comes from that "
                        "model's clean validation predictions); weights differ from submission.yaml detector",
                        where="--weights")
-    return meta, record
+    _submission_classes(detector, meta, str(meta_path))
+    return meta, detector_record(detector)
+
+
+def _submission_classes(detector: Detector, meta: dict, where: str) -> None:
+    """Give ``detector`` the class map its submission was made with (``detector.class_ids``)."""
+    ids = (meta.get("detector") or {}).get("class_ids")
+    if ids is None:  # a submission made before class maps: the default map
+        mapped = detector.options.classes or detector.map_classes(TRACK_LABELS[SMOKE])
+        ids = list(mapped.ids)
+    wanted = classes_of_ids(detector.names, ids, TRACK_LABELS[SMOKE], where)
+    if detector.options.classes not in (None, wanted):
+        raise BadInput(f"the detector's class map {list(detector.options.classes.ids)} differs from the "
+                       f"submission's {list(wanted.ids)}", where=where)
+    detector.options = dataclasses.replace(detector.options, classes=wanted)
 
 
 def _predict_images(detector: Detector, todo: list, params: WarpParams, staging: Path, key: str,

@@ -18,7 +18,8 @@ image ``i`` occurs in resample ``b``. Every statistic of a condition uses the sa
   *run*; along a run precision can only rise, so the interpolated precision
   (envelope) only needs the run ends. One matrix product gives, per resample and run
   end, the weighted TP and TP + FP counts (``W @ [TPcum | (TP+FP)cum]`` with per-image
-  cumulative counts). The recall thresholds first reached at each run end follow
+  cumulative counts); predictions on an ignore region are left out of the list (neither
+  TP nor FP, as in pycocotools). The recall thresholds first reached at each run end follow
   from ``floor(100 TP / n_gt)``, with pycocotools' exact float comparison at the
   boundaries; AP = sum(envelope * thresholds reached) / 101. Arithmetic is float32
   while exact for the integers involved (precision values to ~1e-7). Resamples
@@ -129,6 +130,8 @@ def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.n
     ``total`` bounds the column sums (the number of images for a bootstrap draw)."""
     n, B = Wt.shape
     order = _desc_order(match.score)  # flat order is (image, index): ties keep it
+    if match.ignored.any():  # on an ignore region: neither TP nor FP, as if absent
+        order = order[~match.ignored[order]]
     tp_sorted = match.tp[order]
     img_sorted = match.pred_image[order]
     n_gt = match.n_gt()

@@ -227,15 +227,24 @@ def coco_map(gt_json_path: str | Path, results_json_path: str | Path, *, max_det
 
 
 def map_from_arrays(pred_xyxy: Sequence, pred_score: Sequence, gt_xyxy: Sequence, *,
-                    max_dets: int | None = None, return_precision: bool = False) -> dict:
+                    max_dets: int | None = None, return_precision: bool = False,
+                    ignore_xyxy: Sequence | None = None) -> dict:
     """Class-agnostic COCO mAP on in-memory xyxy boxes (one entry per image).
 
-    Same rules as :func:`coco_map` with one category, areas ``(x2-x1)*(y2-y1)``,
-    no crowd boxes, and no per-image truncation unless ``max_dets`` is given.
+    Same rules as :func:`coco_map` with one category, areas ``(x2-x1)*(y2-y1)``, the
+    ignore regions ``ignore_xyxy`` (per image) as ``iscrowd=1`` GT after the image's GT
+    boxes, and no per-image truncation unless ``max_dets`` is given.
     """
     n = len(gt_xyxy)
     if not len(pred_xyxy) == len(pred_score) == n:
         raise ValueError("pred_xyxy, pred_score and gt_xyxy need one entry per image")
+    if ignore_xyxy is not None:
+        if len(ignore_xyxy) != n:
+            raise ValueError("ignore_xyxy needs one entry per image")
+        ig = [np.asarray(b, np.float64).reshape(-1, 4) for b in ignore_xyxy]
+        gt_xyxy = [np.concatenate([np.asarray(g, np.float64).reshape(-1, 4), b]) for g, b in zip(gt_xyxy, ig)]
+        crowd = np.concatenate([np.r_[np.zeros(len(g) - len(b), bool), np.ones(len(b), bool)]
+                                for g, b in zip(gt_xyxy, ig)]) if n else np.zeros(0, bool)
     if max_dets is not None and max_dets < 1:
         raise ValueError("max_dets must be >= 1 or None")
     pb = [np.asarray(b, np.float64).reshape(-1, 4) for b in pred_xyxy]
@@ -249,7 +258,7 @@ def map_from_arrays(pred_xyxy: Sequence, pred_score: Sequence, gt_xyxy: Sequence
         det_score=np.concatenate(ps) if n else np.zeros(0), det_xyxy=P, det_area=box_area(P),
         det_order=np.arange(len(P)), gt_img=np.repeat(np.arange(n), [len(b) for b in gb]),
         gt_cat=np.zeros(len(G), np.int64), gt_xyxy=G, gt_box_area=box_area(G), gt_area=box_area(G),
-        gt_crowd=np.zeros(len(G), bool),
+        gt_crowd=np.zeros(len(G), bool) if ignore_xyxy is None else crowd,
         n_images=n, n_cats=1, max_dets=max_dets)
     if not return_precision:
         out.pop("precision")

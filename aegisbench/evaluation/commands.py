@@ -77,6 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="per-image cap for mAP (default: none, every prediction counts)")
     p.add_argument("--n-resamples", type=int, default=BootstrapParams().n_resamples,
                    help="bootstrap resamples (images; initial conditions for fire-spread; default %(default)s)")
+    p.add_argument("--stratify", action="append", default=[], metavar="COLUMN",
+                   help="also report every detection metric per value of this per-image meta column (e.g. time "
+                        "from --meta-pattern), with its own interval; repeatable")
     p.add_argument("--executor", help="local (default) or ray: where the sources of the track are scored "
                    "(each source is independent)")
     p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
@@ -125,7 +128,7 @@ def cmd_evaluate(args) -> int:
     try:
         params = EvaluationParams(threshold_grid=parse_grid(args.threshold_grid), max_dets=args.max_dets,
                                   bootstrap=BootstrapParams(n_resamples=args.n_resamples), limits=_limits(args),
-                                  warp_grid=args.warp_grid)
+                                  warp_grid=args.warp_grid, stratify=tuple(args.stratify))
     except (TypeError, ValueError) as exc:
         raise BadInput(str(exc), where="command line") from None
     from aegisbench.executor import Executor, connect

@@ -30,7 +30,8 @@ from aegisbench.vocab import DETECTION_TRACKS
 
 log = logging.getLogger(__name__)
 
-GT_COLUMNS = ["image_id", "width", "height", "objects", "group_id", "frame_index", "time_s", "fire_start_frame"]
+GT_COLUMNS = ["image_id", "width", "height", "objects", "group_id", "frame_index", "time_s", "fire_start_frame",
+              "ignore", "meta"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,6 +51,8 @@ class SplitGT:
     frame_index: np.ndarray  # (n,) int64 (-1 = not a sequence frame)
     time_s: np.ndarray  # (n,) float64, NaN = unknown
     fire_start_frame: np.ndarray  # (n,) int64, -1 = none
+    ignore: tuple[np.ndarray, ...] = ()  # per image (k, 4) float64 xyxy ignore regions (COCO iscrowd)
+    meta: tuple[dict[str, str], ...] = ()  # per image metadata (strata), name -> value
 
     def __len__(self) -> int:
         return len(self.image_ids)
@@ -63,10 +66,29 @@ class SplitGT:
 
     def reordered(self, image_ids: tuple[str, ...]) -> SplitGT:
         """The same split with images in the order of ``image_ids`` (same set)."""
-        idx = np.array([self.position[i] for i in image_ids], np.int64)
-        return SplitGT(self.config, self.split, self.source, self.role, tuple(image_ids), self.width[idx],
-                       self.height[idx], tuple(self.boxes[i] for i in idx), tuple(self.labels[i] for i in idx),
-                       self.group_id[idx], self.frame_index[idx], self.time_s[idx], self.fire_start_frame[idx])
+        return self.subset([self.position[i] for i in image_ids])
+
+    def subset(self, positions) -> SplitGT:
+        """The images at ``positions`` (in that order) as a split of their own."""
+        idx = np.asarray(positions, np.int64).reshape(-1)
+        return SplitGT(self.config, self.split, self.source, self.role, tuple(self.image_ids[i] for i in idx),
+                       self.width[idx], self.height[idx], tuple(self.boxes[i] for i in idx),
+                       tuple(self.labels[i] for i in idx), self.group_id[idx], self.frame_index[idx],
+                       self.time_s[idx], self.fire_start_frame[idx],
+                       tuple(self.ignore[i] for i in idx) if self.ignore else (),
+                       tuple(self.meta[i] for i in idx) if self.meta else ())
+
+    def ignore_boxes(self, i: int) -> np.ndarray:
+        """Ignore regions of image ``i`` ((0, 4) when none)."""
+        return self.ignore[i] if self.ignore else np.zeros((0, 4))
+
+    def strata(self, column: str) -> np.ndarray:
+        """Per-image value of metadata ``column`` (object array; None where an image lacks it)."""
+        return np.array([m.get(column) for m in self.meta] if self.meta else [None] * len(self), dtype=object)
+
+    def meta_columns(self) -> list[str]:
+        """Metadata columns present on any image of the split, sorted."""
+        return sorted({k for m in self.meta for k in m})
 
 
 def _int_column(table: pa.Table, name: str, fill: int) -> np.ndarray:
@@ -91,12 +113,18 @@ def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
     counts = pc.list_value_length(bbox).fill_null(0).to_numpy().astype(np.int64)
     flat = bbox.flatten().flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
     boxes = tuple(np.split(flat, np.cumsum(counts)[:-1])) if len(counts) else ()
+    ign = table.column("ignore").combine_chunks()
+    icounts = pc.list_value_length(ign).fill_null(0).to_numpy().astype(np.int64)
+    iflat = ign.flatten().flatten().to_numpy(zero_copy_only=False).astype(np.float64).reshape(-1, 4)
+    ignore = tuple(np.split(iflat, np.cumsum(icounts)[:-1]))
+    meta = tuple({m["name"]: m["value"] for m in (v or ())} for v in table.column("meta").to_pylist())
     labels = tuple(tuple(v or ()) for v in table.column("objects").combine_chunks().field("label").to_pylist())
     time_s = table.column("time_s").to_numpy(zero_copy_only=False).astype(np.float64)
     return SplitGT(config, split, info["source"], info["role"], tuple(table.column("image_id").to_pylist()),
                    _int_column(table, "width", 0), _int_column(table, "height", 0), boxes, labels,
                    np.asarray(table.column("group_id").to_pylist(), dtype=object),
-                   _int_column(table, "frame_index", -1), time_s, _int_column(table, "fire_start_frame", -1))
+                   _int_column(table, "frame_index", -1), time_s, _int_column(table, "fire_start_frame", -1),
+                   ignore, meta)
 
 
 class DatasetIndex:
@@ -171,7 +199,9 @@ def coco_gt(index: DatasetIndex, config: str, splits: set[str] | None = None, *,
 
     ``file_name`` is ``<image_id>.png`` (its stem maps back to our image id);
     ``key_field``, if given, adds ``"<coco_id>.k"`` under that name (its stem is then
-    the COCO id whatever characters our image id holds; used to map results back)."""
+    the COCO id whatever characters our image id holds; used to map results back). Ignore
+    regions follow the image's boxes as ``iscrowd=1`` annotations, one per category (so
+    pycocotools ignores the detections on them, as the evaluator does)."""
     images, anns, label_ids = [], [], {}
     for split in sorted({s for _, s, _ in index.coco_images(config)}):
         for lab in (lab for labs in index.gt(config, split).labels for lab in labs):
@@ -188,10 +218,12 @@ def coco_gt(index: DatasetIndex, config: str, splits: set[str] | None = None, *,
         if key_field:
             img[key_field] = f"{coco_id}.k"
         images.append(img)
-        for box, lab in zip(g.boxes[k], g.labels[k]):
+        boxes = [(box, cats.get(lab, 1), 0) for box, lab in zip(g.boxes[k], g.labels[k])]
+        boxes += [(box, c, 1) for box in g.ignore_boxes(k) for c in sorted(cats.values())]
+        for box, cat, crowd in boxes:
             x1, y1, x2, y2 = (float(v) for v in box)
-            anns.append({"id": ann_id, "image_id": coco_id, "category_id": cats.get(lab, 1),
-                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": 0})
+            anns.append({"id": ann_id, "image_id": coco_id, "category_id": cat,
+                         "bbox": [x1, y1, x2 - x1, y2 - y1], "area": (x2 - x1) * (y2 - y1), "iscrowd": crowd})
             ann_id += 1
     return {"info": {"description": f"AegisBench {config}", "version": index.version,
                      "dataset_digest": index.digest},

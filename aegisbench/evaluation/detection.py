@@ -15,9 +15,20 @@ Per source of the track:
 3. Smoke track: image-level P/R/F1, time to detect per sequence, and the WARP
    cloud-patch test when ``warp_patch.parquet`` is given.
 
+Not errors, but rows with value null and the reason in ``note``: a config the build left
+out for the source because its physics does not hold for the source's sensor (manifest
+``not_physical``) gets one row per metric a condition row of that source has, noted
+``not physical for <modality>``; a source without a clean ``<source>_val`` (an older or
+external repo: builds refuse to leave one out) is not scored: its validation rows are
+null, noted ``no clean val split to freeze a threshold on``, and the provenance lists it
+under ``sources_skipped``. Only when no source of the track can be scored is the
+submission refused (one line naming the sources).
+
 ``n`` in ``metrics.parquet``: GT boxes for recall rows, kept predictions for
 precision, images for every other detection metric, environments (images with GT)
-for effectiveness, sequences for time to detect.
+for effectiveness, sequences for time to detect. The GT's ignore regions enter the one
+matching pass as COCO crowd boxes (a prediction on one is neither TP nor FP). With
+``params.stratify`` every condition row is repeated per stratum (:mod:`~aegisbench.evaluation.strata`).
 
 >>> sorted(t for t in ("sar", "smoke") if get_track(t).kind == "detection")
 ['sar', 'smoke']
@@ -33,20 +44,31 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import Resamples
 from aegisbench.evaluation.coco import map_from_arrays
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.matching import BatchMatch, match_images
 from aegisbench.evaluation.results import Evaluation, provenance, results_table
 from aegisbench.evaluation.scoring import ConditionScorer
+from aegisbench.evaluation.strata import StrataScorers, check_columns, strata_provenance
 from aegisbench.evaluation.submission import ValidatedSubmission, read_detection_predictions
 from aegisbench.evaluation.threshold import freeze_threshold
 from aegisbench.evaluation.tracks import Track, get_track, register_track
 from aegisbench.executor import Executor, map_tasks
-from aegisbench.metrics import image_positive
+from aegisbench.metrics import condition_cells, image_positive
 from aegisbench.vocab import CLEAN, DETECTION_TRACKS, SAR, SMOKE
 
 log = logging.getLogger(__name__)
+
+#: ``note`` of the null rows of a source without a clean val split.
+NO_VAL_NOTE = "no clean val split to freeze a threshold on"
+VALIDATION_METRICS = ("frozen_threshold", "val_f1", "val_recall", "val_precision")
+
+
+def not_physical_note(modality: str) -> str:
+    """``note`` of the null rows of a config not built for the source's sensor."""
+    return f"not physical for {modality}"
 
 PER_IMAGE_SCHEMA = pa.schema([
     ("submission", pa.string()), ("source", pa.string()), ("config", pa.string()), ("split", pa.string()),
@@ -73,13 +95,22 @@ class SplitScore:
 
     @classmethod
     def of(cls, sub: ValidatedSubmission, config: str, gt) -> SplitScore:
-        dets = [sub.predictions.get_detections(config, gt.split, i) for i in gt.image_ids]
-        m = match_images([d.xyxy for d in dets], [d.score for d in dets], list(gt.boxes))
+        return cls.matched(config, gt, [sub.predictions.get_detections(config, gt.split, i) for i in gt.image_ids])
+
+    @classmethod
+    def matched(cls, config: str, gt, dets: list) -> SplitScore:
+        """Match ``dets`` (GT order) to the boxes of ``gt``, its ignore regions as COCO crowd."""
+        m = match_images([d.xyxy for d in dets], [d.score for d in dets], list(gt.boxes),
+                         ignore_xyxy=[gt.ignore_boxes(i) for i in range(len(gt))])
         return cls(config, gt, dets, m)
+
+    def subset(self, positions) -> SplitScore:
+        """The images at ``positions`` only (a stratum), re-matched (matching is per image)."""
+        return SplitScore.matched(self.config, self.gt.subset(positions), [self.dets[i] for i in positions])
 
     def coco(self, max_dets: int | None) -> dict:
         return map_from_arrays([d.xyxy for d in self.dets], [d.score for d in self.dets], list(self.gt.boxes),
-                               max_dets=max_dets)
+                               max_dets=max_dets, ignore_xyxy=[self.gt.ignore_boxes(i) for i in range(len(self.gt))])
 
     def per_image(self, submission: str, threshold: float) -> dict[str, list]:
         c = self.match.counts(threshold)
@@ -103,8 +134,7 @@ def _extend(acc: dict[str, list], part: dict[str, list]) -> None:
 
 def freeze_for_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, params
                       ) -> tuple[float, float, SplitScore]:
-    """``(threshold, val F1, val SplitScore)`` of one source."""
-    from aegisbench.errors import BadInput
+    """``(threshold, val F1, val SplitScore)`` of one source (BadInput without a clean val split)."""
     val_split = f"{source}_val"
     if index.split_info(CLEAN, val_split) is None:
         raise BadInput(f"the dataset has no clean validation split {val_split!r}: cannot freeze a threshold",
@@ -122,6 +152,8 @@ class SourceScores:
     threshold: float
     val_f1: float
     configs: list[str] | None  # None: empty test split, skipped
+    skipped: str | None = None  # why the source was not scored (no clean val split)
+    strata: dict | None = None  # images per stratum of the test split (evaluate --stratify)
     rows: list[dict] = field(default_factory=list)
     per_image: dict[str, list] = field(default_factory=dict)
     ttd: dict[str, list] = field(default_factory=dict)
@@ -137,6 +169,8 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
     (``on_config()`` is called after each config)."""
     from aegisbench.evaluation.warp_eval import deception_test
     track = sub.meta.track
+    if index.split_info(CLEAN, f"{source}_val") is None:
+        return _no_val_scores(sub, index, source)
     thr, vf1, val = freeze_for_source(sub, index, source, params)
     out = SourceScores(source, thr, vf1, None)
     _extend(out.per_image, val.per_image(sub.id, thr))
@@ -148,6 +182,7 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
     resamples = Resamples.draw(len(clean_gt), key, params.bootstrap.n_resamples)
     scorer = ConditionScorer(sub, index, source, thr, params, resamples, key)
     scorer.add_validation_rows(val, vf1)
+    strata = StrataScorers(sub, index, source, thr, params, key, clean_gt, params.stratify)
     clean = SplitScore.of(sub, CLEAN, clean_gt)
     out.configs = [CLEAN] + [c for c in index.configs() if c != CLEAN and index.split_info(c, source)]
     for config in out.configs:
@@ -157,6 +192,7 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
             gt = gt.reordered(clean_gt.image_ids)
         score = clean if config == CLEAN else SplitScore.of(sub, config, gt)
         scorer.score_config(score, clean if paired else None)
+        strata.score_config(score, paired)
         _extend(out.per_image, score.per_image(sub.id, thr))
         if track == SMOKE:
             _extend(out.ttd, scorer.smoke_rows(score))
@@ -170,9 +206,54 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
                                  "original_positive": res["original_positive"].tolist(),
                                  "alpha": res["alpha"].tolist(), "beta": res["beta"].tolist(),
                                  "deceptions": res["deceptions"].tolist(), "gamma": res["gamma"].tolist()})
+    for sc, part in [(scorer, clean), *strata.with_clean()]:
+        add_not_physical_rows(sc, part, out.configs, not_physical_configs(index, source))
     out.effectiveness = scorer.effectiveness_summary()
-    out.rows, out.degenerate = scorer.rows, scorer.degenerate
+    out.rows, out.degenerate = scorer.rows + strata.rows, scorer.degenerate + strata.degenerate
+    out.strata = strata.summary()
     return out
+
+
+def not_physical_configs(index: DatasetIndex, source: str) -> dict[str, str]:
+    """``{config: modality}`` of the configs the build left out for ``source`` as not
+    physical for its sensor (manifest ``configs.<config>.not_physical``)."""
+    return {c: cfg["not_physical"][source] for c, cfg in sorted(index.manifest["configs"].items())
+            if source in (cfg.get("not_physical") or {})}
+
+
+def _null_row(scorer: ConditionScorer, config: str, metric: str, note: str) -> None:
+    scorer.add(config, metric, None)
+    scorer.rows[-1]["note"] = note
+
+
+def add_not_physical_rows(scorer: ConditionScorer, clean: SplitScore, scored: list[str],
+                          skipped: dict[str, str]) -> None:
+    """Null rows, noted "not physical for <modality>", for every config left out for the
+    source: the metric names of a scored condition of the same kind of this source, else
+    those a condition paired with clean gets (computed once per kind on the clean split)."""
+    by_kind: dict[str, list[str]] = {}
+    for row in scorer.rows:
+        if row["config"] != CLEAN and row["config"] in scored:
+            kind = scorer.index.meta(row["config"]).get("kind")
+            names = by_kind.setdefault(kind, [])
+            if row["metric"] not in names:
+                names.append(row["metric"])
+    for config, modality in skipped.items():
+        kind = scorer.index.meta(config).get("kind")
+        if kind not in by_kind:
+            ctx = scorer.context(SplitScore(config, clean.gt, clean.dets, clean.match), clean)
+            by_kind[kind] = [name for name, _ in condition_cells(ctx)]
+        for metric in by_kind[kind]:
+            _null_row(scorer, config, metric, not_physical_note(modality))
+
+
+def _no_val_scores(sub: ValidatedSubmission, index: DatasetIndex, source: str) -> SourceScores:
+    """A source with no clean val split: not scored; null validation rows with the reason."""
+    log.warning("source %s has no clean validation split %s_val: not scored (%s)", source, source, NO_VAL_NOTE)
+    scorer = ConditionScorer(sub, index, source, float("nan"), None, None, ())
+    for metric in VALIDATION_METRICS:
+        _null_row(scorer, CLEAN, metric, NO_VAL_NOTE)
+    return SourceScores(source, float("nan"), float("nan"), None, skipped=NO_VAL_NOTE, rows=scorer.rows)
 
 
 def _score_source_task(args) -> SourceScores:
@@ -187,7 +268,12 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
     executor = executor or Executor()
     track = sub.meta.track
     sources = [s for s in index.sources(track) if index.split_info(CLEAN, s) is not None]
-    total = sum(1 for s in sources for c in index.configs() if index.split_info(c, s) is not None)
+    no_val = [s for s in sources if index.split_info(CLEAN, f"{s}_val") is None]
+    if no_val and len(no_val) == len(sources):
+        raise BadInput(f"no source of track {track} has a clean validation split to freeze a threshold on "
+                       f"(missing: {', '.join(f'{s}_val' for s in no_val)})", where=str(index.repo))
+    check_columns(index, sources, params.stratify)
+    total = sum(1 for s in sources if s not in no_val for c in index.configs() if index.split_info(c, s) is not None)
     bar = tqdm(total=total, desc=f"evaluate {sub.id}", unit="config", disable=None if progress else True)
     if executor.kind == "local" and executor.workers == 1:
         parts = (score_source(sub, index, s, params, bar.update) for s in sources)
@@ -198,12 +284,18 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
     ttd: dict[str, list] = {}
     patch_rows: dict[str, list] = {}
     thresholds, val_f1, effectiveness, patch_doc, degenerate, configs_scored = {}, {}, {}, {}, [], {}
+    skipped, strata = {}, {}  # source -> why it was not scored / images per stratum (None: not stratified)
     for part in parts:
+        if part.skipped is not None:  # not scored: its null rows carry the reason
+            skipped[part.source] = part.skipped
+            rows.extend(part.rows)
+            continue
         thresholds[part.source], val_f1[part.source] = part.threshold, part.val_f1
         _extend(per_image, part.per_image)
         if part.configs is None:
             continue
         configs_scored[part.source] = part.configs
+        strata[part.source] = part.strata
         _extend(ttd, part.ttd)
         if part.patch_doc is not None:
             patch_doc[part.source] = part.patch_doc
@@ -221,7 +313,11 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
         tables["warp_patch_images.parquet"] = _table(patch_rows, PATCH_SCHEMA)
         documents["warp_patch.json"] = patch_doc
     prov = provenance(sub, index, params, sorted([*tables, *documents]),
-                      **_detection_provenance(sub, index, params, thresholds, val_f1, degenerate, configs_scored))
+                      **_detection_provenance(sub, index, params, thresholds, val_f1, degenerate, configs_scored),
+                      sources_skipped=skipped,
+                      configs_not_physical={s: sorted(not_physical_configs(index, s)) for s in configs_scored
+                                            if not_physical_configs(index, s)},
+                      **({"strata": strata_provenance(params.stratify, strata)} if params.stratify else {}))
     return Evaluation(sub, results_table(rows), _table(per_image, PER_IMAGE_SCHEMA), prov, tables, documents)
 
 

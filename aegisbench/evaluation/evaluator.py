@@ -16,6 +16,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.matching import IOU_THRESHOLD
@@ -41,8 +42,13 @@ class EvaluationParams:
     silent: SilentFailureParams = SilentFailureParams()
     limits: ValidationLimits = ValidationLimits()
     warp_grid: int = WARP_GRID
+    stratify: tuple[str, ...] = ()  # meta columns reported per stratum (detection tracks)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.stratify, tuple) or not all(isinstance(c, str) and c for c in self.stratify):
+            raise TypeError("stratify must be a tuple of meta column names")
+        if len(set(self.stratify)) != len(self.stratify):
+            raise ValueError(f"stratify names a column twice: {list(self.stratify)}")
         g = self.threshold_grid
         if g is not None:
             if not isinstance(g, tuple) or not g:
@@ -56,6 +62,10 @@ class EvaluationParams:
         d["threshold_grid"] = None if self.threshold_grid is None else list(self.threshold_grid)
         d["bootstrap"]["percentiles"] = list(self.bootstrap.percentiles)
         d["iou_threshold"] = IOU_THRESHOLD
+        if self.stratify:  # absent when not stratified: the digest of older settings stays
+            d["stratify"] = list(self.stratify)
+        else:
+            d.pop("stratify")
         return d
 
     def digest(self) -> str:
@@ -65,7 +75,10 @@ class EvaluationParams:
 def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationParams = EvaluationParams(),
              progress: bool = False, executor: Executor | None = None) -> Evaluation:
     """Score a validated submission with its track (in memory; nothing written)."""
-    return get_track(sub.meta.track).score(sub, index, params, executor, progress)
+    track = get_track(sub.meta.track)
+    if params.stratify and track.kind != "detection":
+        raise BadInput(f"strata are reported for the detection tracks only, not {track.name}", where="--stratify")
+    return track.score(sub, index, params, executor, progress)
 
 
 def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegisbench",

@@ -10,6 +10,13 @@ frozen-threshold counts agree on what a true positive is):
   index), as in pycocotools;
 * one prediction per GT box; a prediction without a partner is a false positive.
 
+**Ignore regions** (``ignore_xyxy``: VisDrone category 0, COCO ``iscrowd``, VOC
+``difficult``, classes mapped to ``ignore``) follow pycocotools' ``iscrowd=1`` GT: their
+IoU is ``intersection / prediction area``, one region absorbs any number of predictions,
+and a prediction takes one only when no GT box qualifies. A prediction matched to an
+ignore region is neither a true nor a false positive (``BatchMatch.ignored``; it is left
+out of precision and AP); ignore regions are never GT (not in ``n_gt``, recall or FN).
+
 Property used everywhere downstream: because matching is score-ordered, removing
 predictions below a confidence threshold cannot change the match of any kept
 prediction (a prediction's match depends only on predictions visited before it,
@@ -27,6 +34,10 @@ predictions that compete for a GT box with another prediction, one per image per
 ...                  [np.array([[0, 0, 10, 10]])])
 >>> m.tp.tolist(), m.counts(0.85).tolist()
 ([True, False], [[1, 0, 0]])
+>>> m = match_images([np.array([[0, 0, 4, 4], [50, 50, 60, 60]])], [np.array([0.9, 0.8])],
+...                  [np.zeros((0, 4))], ignore_xyxy=[np.array([[0, 0, 100, 20]])])
+>>> m.ignored.tolist(), m.counts(0.0).tolist()
+([True, False], [[0, 1, 0]])
 """
 
 from __future__ import annotations
@@ -166,11 +177,28 @@ class BatchMatch:
     gt_pred: np.ndarray  # (G,) matched prediction or -1
     n_images: int
     iou_threshold: float = IOU_THRESHOLD
+    pred_ignored: np.ndarray | None = None  # (P,) matched to an ignore region only (None: none)
+
+    def __post_init__(self) -> None:
+        ig = np.zeros(len(self.pred_gt), bool) if self.pred_ignored is None else np.asarray(self.pred_ignored, bool)
+        if ig.shape != self.pred_gt.shape:
+            raise ValueError("pred_ignored needs one flag per prediction")
+        object.__setattr__(self, "pred_ignored", ig)
 
     @property
     def tp(self) -> np.ndarray:
         """Per-prediction true-positive flag (all predictions, no threshold)."""
         return self.pred_gt >= 0
+
+    @property
+    def ignored(self) -> np.ndarray:
+        """Per-prediction flag: matched to an ignore region (neither TP nor FP)."""
+        return self.pred_ignored
+
+    @property
+    def fp(self) -> np.ndarray:
+        """Per-prediction false-positive flag: matched to nothing (all predictions)."""
+        return ~self.tp & ~self.pred_ignored
 
     def kept(self, threshold: float) -> np.ndarray:
         return self.score >= np.float32(threshold)
@@ -182,7 +210,7 @@ class BatchMatch:
         """Per-image (TP, FP, FN) at ``threshold``, shape (n_images, 3), int64."""
         kept = self.kept(threshold)
         tp = np.bincount(self.pred_image[kept & self.tp], minlength=self.n_images)
-        fp = np.bincount(self.pred_image[kept & ~self.tp], minlength=self.n_images)
+        fp = np.bincount(self.pred_image[kept & self.fp], minlength=self.n_images)
         return np.stack([tp, fp, self.n_gt() - tp], axis=1).astype(np.int64)
 
     def gt_detected(self, threshold: float) -> np.ndarray:
@@ -194,30 +222,42 @@ class BatchMatch:
 
 
 def match_images(pred_xyxy: Sequence, pred_score: Sequence, gt_xyxy: Sequence,
-                 iou_threshold: float = IOU_THRESHOLD) -> BatchMatch:
+                 iou_threshold: float = IOU_THRESHOLD, *, ignore_xyxy: Sequence | None = None) -> BatchMatch:
     """Match every image's predictions to its GT boxes (xyxy pixels) in one pass.
 
-    ``pred_xyxy[i]``, ``pred_score[i]``, ``gt_xyxy[i]`` belong to image ``i``;
+    ``pred_xyxy[i]``, ``pred_score[i]``, ``gt_xyxy[i]`` (and ``ignore_xyxy[i]``, the
+    image's ignore regions) belong to image ``i``;
     :class:`~aegisbench.predictions.Detections` fields can be passed directly.
     """
     if not (len(pred_xyxy) == len(pred_score) == len(gt_xyxy)):
         raise ValueError("pred_xyxy, pred_score and gt_xyxy need one entry per image")
+    if ignore_xyxy is not None and len(ignore_xyxy) != len(gt_xyxy):
+        raise ValueError("ignore_xyxy needs one entry per image")
     if not 0 < iou_threshold <= 1:
         raise ValueError(f"iou_threshold must be in (0, 1], got {iou_threshold}")
     n = len(gt_xyxy)
     pb = [_as_boxes(b) for b in pred_xyxy]
     gb = [_as_boxes(b) for b in gt_xyxy]
+    ib = [np.zeros((0, 4))] * n if ignore_xyxy is None else [_as_boxes(b) for b in ignore_xyxy]
     ps = [np.asarray(s, np.float32).reshape(-1) for s in pred_score]
     for i in range(n):
-        if len(pb[i]) != len(ps[i]) or pb[i].shape[1:] != (4,) or gb[i].shape[1:] != (4,):
+        if len(pb[i]) != len(ps[i]) or pb[i].shape[1:] != (4,) or gb[i].shape[1:] != (4,) or ib[i].shape[1:] != (4,):
             raise ValueError(f"image {i}: need (n, 4) boxes and (n,) scores")
     pred_image = np.repeat(np.arange(n), [len(b) for b in pb])
     gt_image = np.repeat(np.arange(n), [len(b) for b in gb])
+    ig_image = np.repeat(np.arange(n), [len(b) for b in ib])
     P = np.concatenate(pb) if n else np.zeros((0, 4))
     G = np.concatenate(gb) if n else np.zeros((0, 4))
+    Ig = np.concatenate(ib) if n else np.zeros((0, 4))
     S = np.concatenate(ps) if n else np.zeros(0, np.float32)
-    det_gt, det_iou = greedy_match(pred_image, S, P, box_area(P), gt_image, G, box_area(G), (iou_threshold,))
+    GI = np.concatenate([G, Ig])  # GT boxes, then the ignore regions (crowd, ignored)
+    crowd = np.r_[np.zeros(len(G), bool), np.ones(len(Ig), bool)]
+    det_gt, det_iou = greedy_match(pred_image, S, P, box_area(P), np.r_[gt_image, ig_image], GI, box_area(GI),
+                                   (iou_threshold,), gt_crowd=crowd, gt_ignore=crowd)
+    ignored = det_gt[0] >= len(G)
+    pred_gt = np.where(ignored, -1, det_gt[0])
+    pred_iou = np.where(ignored, 0.0, det_iou[0])
     gt_pred = np.full(len(G), -1, np.int64)
-    hit = det_gt[0] >= 0
-    gt_pred[det_gt[0][hit]] = np.flatnonzero(hit)
-    return BatchMatch(pred_image, P, S, det_gt[0], det_iou[0], gt_image, G, gt_pred, n, float(iou_threshold))
+    hit = pred_gt >= 0
+    gt_pred[pred_gt[hit]] = np.flatnonzero(hit)
+    return BatchMatch(pred_image, P, S, pred_gt, pred_iou, gt_image, G, gt_pred, n, float(iou_threshold), ignored)

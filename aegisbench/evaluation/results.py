@@ -3,13 +3,15 @@
 ``results/<id>/metrics.parquet`` is long format, one row per (source, config, frame,
 stratum, metric): ``submission, track, source, config, corruption, family, severity,
 metric, value, lo, hi, n`` plus the stratum columns ``t`` (forecast frame; null = not
-per frame), ``stratum`` (null for detection rows; ``all``, ``var_z:<bin>``,
+per frame), ``stratum`` (null for headline detection rows, ``COLUMN=value`` for those of
+``evaluate --stratify``; ``all``, ``var_z:<bin>``,
 ``dice:<bin>`` for fire-spread) and ``n_units`` (bootstrap units with data; null where
-the interval's unit is the image draw of the detection tracks). Every ``metric`` value
+the interval's unit is the image draw of the detection tracks), and ``note``: why a row's
+value is null ("0/0", "not physical for thermal", ...; null otherwise). Every ``metric`` value
 names a registered metric (:mod:`aegisbench.metrics`).
 
->>> [f.name for f in RESULTS_SCHEMA][-3:]
-['t', 'stratum', 'n_units']
+>>> [f.name for f in RESULTS_SCHEMA][-4:]
+['t', 'stratum', 'n_units', 'note']
 >>> results_table([]).num_rows
 0
 """
@@ -39,7 +41,7 @@ RESULTS_SCHEMA = pa.schema([
     ("submission", pa.string()), ("track", pa.string()), ("source", pa.string()), ("config", pa.string()),
     ("corruption", pa.string()), ("family", pa.string()), ("severity", pa.int64()), ("metric", pa.string()),
     ("value", pa.float64()), ("lo", pa.float64()), ("hi", pa.float64()), ("n", pa.int64()),
-    ("t", pa.int32()), ("stratum", pa.string()), ("n_units", pa.int32())])
+    ("t", pa.int32()), ("stratum", pa.string()), ("n_units", pa.int32()), ("note", pa.string())])
 
 
 def results_table(rows: list[dict]) -> pa.Table:

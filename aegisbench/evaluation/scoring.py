@@ -23,8 +23,8 @@ import numpy as np
 from aegisbench.fields import is_int
 from aegisbench.evaluation.bootstrap import Resamples, condition_intervals, count_intervals, percentile_interval
 from aegisbench.stats import resample_indices
-from aegisbench.metrics import (REGISTRY, ConditionBootstrap, ConditionContext, condition_cells, effectiveness_of,
-                                precision, recall, sequence_delays_of)
+from aegisbench.metrics import (REGISTRY, ZERO_DIVISION, ConditionBootstrap, ConditionContext, condition_cells,
+                                effectiveness_of, precision, recall, sequence_delays_of)
 from aegisbench.vocab import CLEAN, CLOUD_PATCH, WARP_PATCH, disaster_family
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class ConditionScorer:
         self.degenerate: list[dict] = []
         self.eff: dict[str, dict] = {}
         self.contexts: dict[str, ConditionContext] = {}  # clean and the config scored last
+        self.stratum: str | None = None  # "COLUMN=value" on the rows of a stratum's scorer
 
     # --------------------------------------------------------------- rows
 
@@ -63,19 +64,25 @@ class ConditionScorer:
         return {"corruption": corruption, "family": family_of(meta) if corruption else None,
                 "severity": int(sev) if is_int(sev) else 0}
 
-    def add(self, config: str, metric: str, value, interval=None, n: int | None = None) -> None:
-        """One row; ``metric`` must be registered (``ValueError`` otherwise)."""
+    def add(self, config: str, metric: str, value, interval=None, n: int | None = None,
+            note: str | None = None) -> None:
+        """One row; ``metric`` must be registered (``ValueError`` otherwise). An undefined
+        value (None / NaN) is null with no interval and ``note`` (default "0/0")."""
         REGISTRY.require([metric], where=f"{self.source}/{config}")
-        lo, hi = (None, None) if interval is None else (_num(interval[0]), _num(interval[1]))
+        value = _num(value)
+        lo, hi = (None, None) if interval is None or value is None else (_num(interval[0]), _num(interval[1]))
         if lo is None or hi is None:
             lo = hi = None
         row = {"submission": self.sub.id, "track": self.track, "source": self.source, "config": config,
-               **self._meta(config), "metric": metric, "value": _num(value), "lo": lo, "hi": hi,
-               "n": None if n is None else int(n)}
+               **self._meta(config), "metric": metric, "value": value, "lo": lo, "hi": hi,
+               "n": None if n is None else int(n), "note": (note or ZERO_DIVISION) if value is None else None}
+        if self.stratum is not None:
+            row["stratum"] = self.stratum
         self.rows.append(row)
         if lo is not None and lo == hi:
             self.degenerate.append({"source": self.source, "config": config, "metric": metric,
-                                    "value": row["value"], "lo": lo, "hi": hi})
+                                    "value": row["value"], "lo": lo, "hi": hi,
+                                    **({} if self.stratum is None else {"stratum": self.stratum})})
 
     def _resamples_for(self, config: str, n: int) -> Resamples:
         if n == self.resamples.n_images:
@@ -121,7 +128,7 @@ class ConditionScorer:
         ctx = self.context(score, clean)
         self.contexts = {CLEAN: self.contexts.get(CLEAN, ctx), config: ctx}
         for name, cell in condition_cells(ctx):
-            self.add(config, name, cell.value, cell.interval, cell.n)
+            self.add(config, name, cell.value, cell.interval, cell.n, cell.note)
         eff = effectiveness_of(ctx) if "effectiveness" in REGISTRY else None
         if eff is not None:
             self.eff[config] = {**{k: eff[k] for k in ("value", "lo", "hi", "n_environments", "size")},

@@ -10,7 +10,9 @@ and predictions in exactly one of three forms:
 * ``predictions/<config>/<split>/<image_id>.txt``: Ultralytics ``save_txt`` +
   ``save_conf`` lines ``cls cx cy w h conf`` (normalized).
 
-Optionally ``warp_patch.parquet`` (smoke track, see :mod:`aegisbench.evaluation.warp_eval`).
+A ``label`` column, where given, holds the track's label (``person`` on sar, ``smoke``
+on smoke) or null on every row: the tracks are single-class, so any other label (a
+model's own class names) is refused. Optionally ``warp_patch.parquet`` (smoke track, see :mod:`aegisbench.evaluation.warp_eval`).
 Every ``(config, split)`` of the track must have predictions, including the clean
 ``<source>_val`` splits; a model that found nothing in a split says so with
 ``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
@@ -39,7 +41,7 @@ from aegisbench.evaluation.formats import YOLO_FIELDS, parse_coco, parse_parquet
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows
 from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
-from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, THRESHOLD_KEYS, TRACKS, WARP_GRID, WARP_PATCH
+from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, THRESHOLD_KEYS, TRACK_LABELS, TRACKS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +224,11 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
                   problems: Problems) -> list[RawRows]:
     if form == "parquet":
         path = folder / PARQUET_FILE
-        return [parse_parquet(path, problems)] if _size_ok(path, limits, problems) else []
+        if not _size_ok(path, limits, problems):
+            return []
+        rows = parse_parquet(path, problems)
+        check_labels(path, frames.track, problems)
+        return [rows]
     pdir = folder / PRED_DIR
     if form == "coco":
         out = []
@@ -258,6 +264,33 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
                 elif _size_ok(path, limits, problems):
                     parts.append(parse_yolo_file(path, key[0], key[1], sizes[path.stem], problems))
     return [RawRows.concat(parts, "line", YOLO_FIELDS)] if parts else []
+
+
+def check_labels(path: Path, track: str, problems: Problems) -> None:
+    """One problem when the ``label`` column of a Parquet submission holds anything but
+    ``track``'s label (nulls are no label): the first such row, the labels found, the count."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    label = TRACK_LABELS.get(track)
+    try:
+        schema = pq.read_schema(path)
+        if label is None or "label" not in schema.names or pa.types.is_null(schema.field("label").type):
+            return
+        col = pq.read_table(path, columns=["label"]).column("label")
+    except (OSError, pa.ArrowException):
+        return  # reported by the schema checks
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return  # reported by the schema checks
+    bad = np.flatnonzero(np.asarray(pc.fill_null(pc.not_equal(col, label), False), dtype=bool))
+    if len(bad):
+        found = sorted(set(pc.unique(col.take(pa.array(bad))).to_pylist()))
+        shown = ", ".join(repr(v) for v in found[:10]) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
+        problems.add(str(path), int(bad[0]), "label", f"label {col[int(bad[0])].as_py()!r} is not the {track} "
+                     f"track's label {label!r} (or null); {len(bad)} row(s) hold other labels ({shown}): map the "
+                     "model's classes to the target with aegisbench detect --classes and drop the others")
 
 
 def _load_predictions(folder: Path, form: str, index: DatasetIndex, frames: Frames) -> PredictionTable:

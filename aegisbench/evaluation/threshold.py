@@ -40,7 +40,7 @@ def f1_curve(match: BatchMatch, thresholds: Sequence[float] | np.ndarray) -> dic
     thr32 = thr.astype(np.float32)
     s = np.asarray(match.score, np.float32)
     tp_flag = match.tp
-    s_tp, s_fp = np.sort(s[tp_flag]), np.sort(s[~tp_flag])
+    s_tp, s_fp = np.sort(s[tp_flag]), np.sort(s[match.fp])  # on an ignore region: neither
     tp = len(s_tp) - np.searchsorted(s_tp, thr32, side="left")  # scores >= threshold
     fp = len(s_fp) - np.searchsorted(s_fp, thr32, side="left")
     fn = len(match.gt_image) - tp

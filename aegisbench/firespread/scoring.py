@@ -207,8 +207,10 @@ def _cell_rows(cell: CellStats, Wu: np.ndarray, inv: np.ndarray, cfg: ScoreConfi
         boot = np.array([smp.get(name, np.nan) for smp in samples])[inv]
         # resamples where a ratio is 0/0 are left out; if all are, so is the point: degenerate
         lo, hi = percentile_interval(boot, cfg.percentiles, fallback=(value, value))
-        rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value), "lo": lo, "hi": hi,
-                     "n": n, "n_units": n_present})
+        ok = bool(np.isfinite(value))  # else a 0/0 ratio (no burnt pixel, none forecast): null, noted
+        rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value) if ok else None,
+                     "lo": lo if ok else None, "hi": hi if ok else None, "n": n, "n_units": n_present,
+                     "note": None if ok else M.ZERO_DIVISION})
     return rows
 
 

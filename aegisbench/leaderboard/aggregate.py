@@ -29,6 +29,7 @@ LONG_COLUMNS = {
     "track": pl.String, "source": pl.String, "config": pl.String, "corruption": pl.String,
     "family": pl.String, "severity": pl.Int64, "metric": pl.String, "value": pl.Float64,
     "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64, "stratum": pl.String, "t": pl.Int64,
+    "note": pl.String,  # why ``value`` is null ("0/0", "not physical for thermal"); null otherwise
     "frozen_threshold": pl.Float64,
     "dataset_version": pl.String, "dataset_digest": pl.String, "evaluator_version": pl.String,
     "reference": pl.Boolean,  # the submission was named with ``--reference`` (the default row)

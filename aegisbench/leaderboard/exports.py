@@ -3,7 +3,8 @@
 ``--metrics FILE`` is a JSON for ``dvc metrics show``: per track, submission, source and
 primary metric (detection: recall at the frozen threshold; fire spread: the F2R and F2S
 headline metrics), every condition with its interval, plus the submission's floor (the
-worst condition and where it is). Never one averaged number::
+worst condition and where it is). A null value stays null, with its ``note`` ("0/0",
+"not physical for thermal"); plots leave it out. Never one averaged number::
 
     {"sar": {"reference_sar": {"synthetic_sar": {"recall": {
         "conditions": {"clean": {"hi": 0.85, "lo": 0.75, "value": 0.8}, ...},
@@ -53,6 +54,8 @@ def metrics_doc(board: Board) -> dict:
                     cell = section.cell(m.submission, c["config"], metric)
                     if cell is not None:
                         conds[c["config"]] = {k: cell[k] for k in ("value", "lo", "hi")}
+                        if cell["value"] is None:  # null, never 0: with its reason
+                            conds[c["config"]]["note"] = cell.get("note")
                 if not conds:
                     continue
                 entry: dict = {"conditions": conds}

@@ -15,6 +15,7 @@ import html
 import re
 
 from aegisbench.leaderboard.aggregate import Board
+from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
                                            floor_rows, fmt_interval, fmt_value, glossary, is_collapse, label,
                                            primary_metric, rank_groups, sections)
@@ -67,7 +68,7 @@ def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
     c = section.cell(sub, config, metric)
     if c is None:
         return "—"
-    text = fmt_value(metric, c["value"])
+    text = fmt_value(metric, c["value"], c.get("note"))
     ci = fmt_interval(metric, c["lo"], c["hi"])
     if is_collapse(metric, c["value"], c["lo"], c["hi"]):
         text = f"**{text}** {ci} {COLLAPSE}"
@@ -105,9 +106,27 @@ def _section(board: Board, section: Section) -> list[str]:
                                         for m in section.models] for c in section.conditions]
         out += _table(heads, body, ["---", "---", "--:"] + ["--:"] * len(section.models))
         out.append("")
-    out += _warp(section)
+    out += _warp(section) + _strata(board, section)
     if main:
         out += _families(board, section, main) + _ranks(board, section, main)
+    return out
+
+
+def _strata(board: Board, section: Section) -> list[str]:
+    """Per metric and model: strata (rows) x conditions (columns), when the evaluation was stratified."""
+    tables = strata_tables(board, section)
+    if not tables:
+        return []
+    out = ["### Strata beside conditions (`evaluate --stratify`)", "",
+           "Each row is one value of a per-image metadata column, scored on those test images only at the "
+           "model's frozen threshold τ, with its own 95% bootstrap interval over them; the cells above pool "
+           "every image.", ""]
+    for t in tables:
+        out += [f"#### {label(t['metric'], section.track)} by stratum: {_name(t['model'])}", ""]
+        body = [[md_code(r["stratum"]), r["images"], *(c["text"].replace("|", "\\|") for c in r["cells"])]
+                for r in t["rows"]]
+        out += _table(["stratum", "images", *(md_code(c["config"]) for c in t["conditions"])], body,
+                      ["---", "--:"] + ["--:"] * len(t["conditions"])) + [""]
     return out
 
 
@@ -193,7 +212,10 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
            "Every number is one condition of one model with its 95% bootstrap interval `[lo, hi]`; "
            "nothing is averaged into a single score. τ is the model's confidence threshold, frozen "
            f"on clean validation data. {COLLAPSE} collapse: value 0 with interval [0, 0]. "
-           f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign).", ""]
+           f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign: recall "
+           "at most half of clean, survivors on target, false positives per image not above clean's). "
+           "n/a (reason): no value, never 0 — `0/0` an undefined ratio (e.g. precision without a single "
+           "kept detection), `not physical for <sensor>` a corruption not built for the source's sensor.", ""]
     if board.references:
         out += [f"{REFERENCE_MARK} {REFERENCE_NOTE}: "
                 + ", ".join(md_code(r) for r in board.references) + ".", ""]

@@ -43,8 +43,10 @@ METRICS_COLUMNS = {
     "lo": ("float", True), "hi": ("float", True), "n": ("int", True),
 }
 # optional cell columns: a frame ``t`` and a ``stratum``; the headline cell has t null and
-# stratum null or "all" (the fire-spread evaluator adds per-frame and stratified rows)
-OPTIONAL_COLUMNS = {"t": ("int", True), "stratum": ("str", True)}
+# stratum null or "all" (the fire-spread evaluator adds per-frame and stratified rows); and
+# ``note``, why a value is null ("0/0", "not physical for thermal"); tables written before
+# it existed read as all-null
+OPTIONAL_COLUMNS = {"t": ("int", True), "stratum": ("str", True), "note": ("str", True)}
 PROVENANCE_STRINGS = ("submission", "name", "team", "model", "track", "dataset_version",
                       "dataset_digest", "evaluator_version")
 _POLARS = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
@@ -116,6 +118,7 @@ def check_metrics(df: pl.DataFrame, where: str) -> pl.DataFrame:
     columns = {**METRICS_COLUMNS, **OPTIONAL_COLUMNS}
     out = df.select([pl.col(c).cast(_POLARS[k]) for c, (k, _) in columns.items()])
     out = out.with_columns([pl.col(c).fill_nan(None) for c in ("value", "lo", "hi")])
+    out = out.with_columns(pl.when(pl.col("value").is_null()).then(pl.col("note")).otherwise(None).alias("note"))
     rows = out.with_row_index("_row")
     bad = rows.filter(pl.col("lo").is_null() != pl.col("hi").is_null())
     if bad.height:

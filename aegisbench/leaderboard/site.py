@@ -23,7 +23,8 @@ import aegisbench
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
 from aegisbench.leaderboard.plots import series_key, severity_curves_svg
-from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
+from aegisbench.leaderboard.strata import strata_tables
+from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
                                            description, family_cells, floor_rows, fmt_interval, fmt_value,
                                            glossary, heat_colour, is_collapse, is_count, label, rank_groups,
                                            sections, slug)
@@ -82,15 +83,20 @@ def _cell(section: Section, sub: str, cond: dict, metric: str, floor_at: set) ->
     bg, fg = heat_colour(section, metric, c["value"], collapse)
     silent = section.silent(sub, cond["config"])
     cls = " ".join(k for k, on in (("collapse", collapse), ("silent", silent),
-                                    ("floor", cond["config"] in floor_at)) if on)
+                                    ("floor", cond["config"] in floor_at), ("na", c["value"] is None)) if on)
     ci = fmt_interval(metric, c["lo"], c["hi"])
     n = f", n={c['n']}" if c["n"] is not None else ""
-    title = f"{cond['config']} · {label(metric, section.track)} {fmt_value(metric, c['value'])} {ci}{n}".strip()
+    text = fmt_value(metric, c["value"], c.get("note"))
+    title = f"{cond['config']} · {label(metric, section.track)} " + " ".join(t for t in (text, ci) if t) + n
     if collapse:
         title += " · collapse"
     if silent:
         title += " · silent failure"
-    return {"text": fmt_value(metric, c["value"]), "ci": fmt_interval(metric, c["lo"], c["hi"], compact=True),
+    if c["value"] is None:  # "n/a" on top, its reason below (the title holds "n/a (reason)")
+        text, short_ci = NA, (f"({c['note']})" if c.get("note") else "")
+    else:
+        short_ci = fmt_interval(metric, c["lo"], c["hi"], compact=True)
+    return {"text": text, "ci": short_ci,
             "bg": bg, "fg": fg, "cls": cls, "v": "" if c["value"] is None else repr(c["value"]),
             "config": cond["config"], "title": title,
             "marks": ("⊘" if collapse else "") + ("⚠" if silent else "")}
@@ -179,7 +185,8 @@ def section_view(board: Board, section: Section, plots: dict) -> dict:
                            "curve": plots.get((section.anchor, metric))})
         groups.append({"index": gi, "title": title, "panels": panels})
     return {"s": section, "anchor": section.anchor, "columns": heat_columns(list(section.conditions)),
-            "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section)}
+            "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section),
+            "strata": strata_tables(board, section)}
 
 
 def collapses(section: Section) -> list[dict]:
@@ -212,8 +219,9 @@ def _model_view(board: Board, secs: list[Section], sub: str) -> dict:
             cells = []
             for metric in metrics:
                 cell = _cell(section, sub, c, metric, set())
-                cell["ci"] = "" if cell["cls"] == "missing" else \
-                    fmt_interval(metric, *[section.cell(sub, c["config"], metric)[k] for k in ("lo", "hi")])
+                raw = section.cell(sub, c["config"], metric)
+                if raw is None or raw["value"] is not None:  # a null value keeps its "(reason)"
+                    cell["ci"] = "" if raw is None else fmt_interval(metric, raw["lo"], raw["hi"])
                 cells.append(cell)
             table.append({"c": c, "cells": cells})
         floors = {metric: floor_rows(board, section, metric).get(sub) for metric in metrics}
@@ -233,7 +241,8 @@ def _strata(board: Board, sub: str) -> list[dict]:
     """The rows beyond the headline cells (per frame, per stratum), in the long table's order."""
     extra = board.long.filter((pl.col("submission") == sub) & ~is_headline())
     return [{"source": r["source"], "config": r["config"], "stratum": r["stratum"] or "",
-             "t": "" if r["t"] is None else r["t"], "metric": r["metric"], "value": fmt_value(r["metric"], r["value"]),
+             "t": "" if r["t"] is None else r["t"], "metric": r["metric"],
+             "value": fmt_value(r["metric"], r["value"], r["note"]),
              "ci": fmt_interval(r["metric"], r["lo"], r["hi"]), "n": "" if r["n"] is None else r["n"]}
             for r in extra.iter_rows(named=True)]
 

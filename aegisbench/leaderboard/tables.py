@@ -7,6 +7,8 @@ both renderers agree.
 
 >>> fmt_value("recall", 0.7451), fmt_value("fp", 655.0), fmt_interval("recall", 0.0, 0.0)
 ('0.745', '655', '[0.000, 0.000]')
+>>> fmt_value("precision", None, "0/0"), fmt_value("recall", None, "not physical for thermal")
+('n/a (0/0)', 'n/a (not physical for thermal)')
 >>> fmt_interval("recall", 0.7, 0.79, compact=True)
 '.70–.79'
 """
@@ -85,9 +87,13 @@ def description(metric: str) -> str:
     return "" if spec is None else spec.description
 
 
-def fmt_value(metric: str, value: float | None) -> str:
+NA = "n/a"
+
+
+def fmt_value(metric: str, value: float | None, note: str | None = None) -> str:
+    """A value as shown; a null one is "n/a" with its reason (the row's ``note``), never 0."""
     if value is None:
-        return "n/a"
+        return f"{NA} ({note})" if note else NA
     if is_count(metric):
         return f"{value:.0f}"
     return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
@@ -106,8 +112,8 @@ def fmt_interval(metric: str, lo: float | None, hi: float | None, compact: bool 
 
 
 def is_collapse(metric: str, value, lo, hi) -> bool:
-    """Value 0 with a degenerate [0, 0] interval on a higher-is-better metric."""
-    return direction(metric) == 1 and value == 0 and lo == 0 and hi == 0
+    """Value 0 with a degenerate [0, 0] interval on a higher-is-better metric (never a null value)."""
+    return direction(metric) == 1 and value is not None and value == 0 and lo == 0 and hi == 0
 
 
 @dataclass(frozen=True)
@@ -213,7 +219,7 @@ def sections(board: Board) -> list[Section]:
             thr = part.filter(pl.col("submission") == sub)["frozen_threshold"][0]
             models.append(ModelRow(sub, p["model"], p["team"], p["name"], thr, colour[sub],
                                    f"models/{slug(sub)}.html", sub in refs))
-        cells = {(r["submission"], r["config"], r["metric"]): {k: r[k] for k in ("value", "lo", "hi", "n")}
+        cells = {(r["submission"], r["config"], r["metric"]): {k: r[k] for k in ("value", "lo", "hi", "n", "note")}
                  for r in part.iter_rows(named=True)}
         metrics = set(part["metric"].to_list())
         if "recall" in metrics and "relative_drop_recall" not in metrics:
@@ -222,7 +228,7 @@ def sections(board: Board) -> list[Section]:
                                        & (pl.col("metric") == "recall") & pl.col("relative_drop").is_not_null())
             for r in drops.iter_rows(named=True):
                 cells[(r["submission"], r["config"], "relative_drop_recall")] = {
-                    "value": r["relative_drop"], "lo": None, "hi": None, "n": None}
+                    "value": r["relative_drop"], "lo": None, "hi": None, "n": None, "note": None}
             if drops.height:
                 metrics.add("relative_drop_recall")
         out.append(Section(track, source, tuple(models), tuple(conditions(long, track, source)),

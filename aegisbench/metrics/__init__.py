@@ -12,7 +12,8 @@
   (image level, time to detect), :mod:`~aegisbench.metrics.warp` and
   :mod:`~aegisbench.metrics.forecast` (Brier, calibration, AP).
 
-Importing the package registers every metric.
+Importing the package registers every metric. An undefined value (a 0/0 ratio) is a
+null row noted :data:`ZERO_DIVISION` (``"0/0"``), never 0.
 
 >>> recall([[3, 1, 1], [0, 0, 2]]), precision([[3, 1, 1]]), round(f1([[3, 1, 1]]), 4)
 (0.5, 0.75, 0.75)
@@ -35,7 +36,7 @@ from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibr
                                          _pr_curve, auc_pr_trapezoid, average_precision, brier_decomposition,
                                          brier_score, calibration_curve, expected_calibration_error,
                                          weighted_pr_areas)
-from aegisbench.metrics.condition import Cell, ConditionBootstrap, ConditionContext, condition_cells
+from aegisbench.metrics.condition import ZERO_DIVISION, Cell, ConditionBootstrap, ConditionContext, condition_cells
 from aegisbench.metrics import per_condition as _per_condition  # noqa: F401  (registers the metrics)
 from aegisbench.metrics.declared import SD_MAPS
 from aegisbench.metrics.per_condition import (EFFECTIVENESS_BY_SIZE, RECALL_BY_SIZE, RELATIVE_DROP,
@@ -52,5 +53,5 @@ __all__ = [
     "image_level_prf", "image_positive", "label", "localization_stability", "map_percent_loss", "metric",
     "metric_group", "precision", "selection", "recall", "recall_by_size", "relative_drop", "sequence_delays",
     "sequence_delays_of", "sign", "silent_failure", "size_band", "spec", "time_to_detect",
-    "time_to_detect_summary", "warp_summary", "weighted_pr_areas",
+    "time_to_detect_summary", "warp_summary", "weighted_pr_areas", "ZERO_DIVISION",
 ]

@@ -5,8 +5,10 @@ The evaluator builds one :class:`ConditionContext` per (source, config) and call
 track (:func:`aegisbench.metrics.metric` / :func:`~aegisbench.metrics.metric_group`, in
 registration order) and returns ``(metric name, Cell)`` pairs, one row each.
 
-A function returns a number, a :class:`Cell` or None (no row for this condition). A
-:class:`Cell` is taken as it is; a bare number gets ``n`` = the condition's images and,
+A function returns a number, a :class:`Cell` or None (no row for this condition). An
+undefined value (None or NaN: a 0/0 ratio, a mean over nothing) becomes a null value with
+no interval and the note :data:`ZERO_DIVISION` unless the cell names its own reason. A
+:class:`Cell` is taken as it is otherwise; a bare number gets ``n`` = the condition's images and,
 when the spec declares ``interval=True``, a percentile bootstrap interval: the function
 is re-run on the condition re-weighted by each resample of the split's one shared draw
 (:meth:`ConditionContext.reweighted`; only ``counts`` and the clean condition's
@@ -30,17 +32,24 @@ from aegisbench.stats import percentile_interval
 from aegisbench.metrics.detection import SilentFailureParams
 from aegisbench.metrics.registry import REGISTRY, MetricRegistry, Producer
 
+#: ``note`` of a row whose value is undefined because a denominator is zero (a 0/0 ratio:
+#: precision without a kept detection, recall without a GT box, a mean over no boxes).
+ZERO_DIVISION = "0/0"
+
 
 @dataclass(frozen=True)
 class Cell:
-    """The numbers of one row: ``value``, ``interval`` ``(lo, hi)`` or None, and ``n``
-    (None: the number of images of the condition)."""
+    """The numbers of one row: ``value``, ``interval`` ``(lo, hi)`` or None, ``n`` (None: the
+    number of images of the condition) and ``note``: why the value is undefined (null)."""
 
     value: float | None
     interval: tuple[float, float] | None = None
     n: int | None = None
+    note: str | None = None
 
     def __post_init__(self) -> None:
+        if self.note is not None and (not isinstance(self.note, str) or not self.note.strip()):
+            raise ValueError(f"note must be a non-empty string or None, got {self.note!r}")
         if self.interval is not None and len(self.interval) != 2:
             raise ValueError(f"interval must be (lo, hi) or None, got {self.interval!r}")
         if self.n is not None and (isinstance(self.n, bool) or int(self.n) != self.n or self.n < 0):
@@ -103,6 +112,11 @@ class ConditionContext:
         return len(self.counts)
 
     @property
+    def fp_per_image(self) -> float:
+        """False positives per image at the frozen threshold (0 without images)."""
+        return float(self.pooled[1]) / self.n_images if self.n_images else 0.0
+
+    @property
     def pooled(self) -> np.ndarray:
         """(3,) TP, FP, FN summed over the images."""
         return self.counts.sum(axis=0)
@@ -146,6 +160,16 @@ def resampled_interval(fn: Callable[[ConditionContext], object], ctx: ConditionC
     return percentile_interval(samples, boot.percentiles)
 
 
+def defined(cell: Cell) -> Cell:
+    """``cell`` as written: an undefined value (None or not finite) is null, without an
+    interval, noted :data:`ZERO_DIVISION` unless the cell gives its own reason; a defined
+    value carries no note."""
+    v = cell.value
+    if v is not None and np.isfinite(v):
+        return replace(cell, value=float(v), note=None)
+    return replace(cell, value=None, interval=None, note=cell.note or ZERO_DIVISION)
+
+
 def _member(prod: Producer, name: str) -> Callable[[ConditionContext], object]:
     if not prod.group:
         return prod.fn
@@ -172,5 +196,5 @@ def condition_cells(ctx: ConditionContext, registry: MetricRegistry | None = Non
                 cell = Cell(None if value is None else float(value), interval, ctx.n_images)
             if cell.interval is not None and not spec.interval:
                 raise ValueError(f"{name}: an interval for a metric registered with interval=False")
-            out.append((name, cell if cell.n is not None else replace(cell, n=ctx.n_images)))
+            out.append((name, defined(cell if cell.n is not None else replace(cell, n=ctx.n_images))))
     return out

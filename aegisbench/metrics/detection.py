@@ -2,11 +2,13 @@
 drop, localization stability, the silent-failure flag and seed 002's effectiveness S.
 
 Detection counts come from the shared matcher (:mod:`aegisbench.evaluation.matching`);
-a 0/0 ratio is reported as 0 (scikit-learn's ``zero_division=0``). Streaming use goes
-through :func:`_counts_update`.
+a 0/0 ratio is undefined: NaN here, a null value noted "0/0" in the results (precision
+without a single kept detection is not 0). Streaming use goes through :func:`_counts_update`.
 
 >>> recall([[3, 1, 1], [0, 0, 2]]), precision([[3, 1, 1]]), round(f1([[3, 1, 1]]), 4)
 (0.5, 0.75, 0.75)
+>>> precision([[0, 0, 4]]), recall([[0, 2, 0]])
+(nan, nan)
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ if TYPE_CHECKING:  # annotations only: metrics do not import the evaluation pack
 
 
 def _ratio(num: float, den: float) -> float:
-    return float(num) / float(den) if den > 0 else 0.0
+    """``num / den``; NaN (undefined) when ``den`` is 0."""
+    return float(num) / float(den) if den > 0 else float("nan")
 
 
 def _counts_update(state: np.ndarray | None, counts) -> np.ndarray:
@@ -84,8 +87,10 @@ def recall_by_size(gt_xyxy: np.ndarray, gt_detected: np.ndarray, bands=SIZE_BAND
 
 
 def relative_drop(clean: float, corrupted: float) -> float:
-    """``(clean - corrupted) / clean`` (NaN when clean is 0): 0.25 = a quarter lost."""
-    return (clean - corrupted) / clean if clean else float("nan")
+    """``(clean - corrupted) / clean`` (NaN when clean is 0 or either is undefined): 0.25 = a quarter lost."""
+    if not (np.isfinite(clean) and np.isfinite(corrupted)) or clean == 0:
+        return float("nan")
+    return (clean - corrupted) / clean
 
 
 def localization_stability(clean: BatchMatch, corrupted: BatchMatch, threshold: float) -> dict:
@@ -110,9 +115,12 @@ def localization_stability(clean: BatchMatch, corrupted: BatchMatch, threshold: 
 
 @dataclass(frozen=True)
 class SilentFailureParams:
-    """A silent failure: recall falls by at least ``min_relative_recall_drop`` of its
-    clean value while the surviving detections stay on target (mean stability IoU
-    >= ``min_stability``, or no survivors at all)."""
+    """A silent failure: detections vanish without a sign. All three must hold against the
+    model's own clean run on the same images: recall falls by at least
+    ``min_relative_recall_drop`` of its clean value; the surviving detections stay on target
+    (mean localization IoU >= ``min_stability``, or no survivors at all); and false
+    positives per image at the frozen threshold did not rise above clean's (an operator
+    would see a flood of false alarms, so that failure is not silent)."""
 
     min_relative_recall_drop: float = 0.5
     min_stability: float = 0.7
@@ -125,12 +133,24 @@ class SilentFailureParams:
 
 
 def silent_failure(clean_recall: float, corrupted_recall: float, stability: float, n_both: int,
-                   params: SilentFailureParams = SilentFailureParams()) -> bool:
-    """True for a silent failure (see :class:`SilentFailureParams`)."""
+                   clean_fp_per_image: float, fp_per_image: float,
+                   params: SilentFailureParams = SilentFailureParams()) -> bool | None:
+    """True for a silent failure (see :class:`SilentFailureParams`); None when clean recall
+    is undefined (no GT box: 0/0).
+
+    >>> silent_failure(0.9, 0.1, 0.9, 5, 0.2, 0.2), silent_failure(0.9, 0.1, 0.9, 5, 0.2, 2.83)
+    (True, False)
+    """
+    for name, v in (("clean_fp_per_image", clean_fp_per_image), ("fp_per_image", fp_per_image)):
+        if not np.isfinite(v) or v < 0:
+            raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+    if not np.isfinite(clean_recall):
+        return None
     if clean_recall <= 0:
         return False
     collapsed = relative_drop(clean_recall, corrupted_recall) >= params.min_relative_recall_drop
-    return bool(collapsed and (n_both == 0 or stability >= params.min_stability))
+    on_target = n_both == 0 or stability >= params.min_stability
+    return bool(collapsed and on_target and fp_per_image <= clean_fp_per_image)
 
 
 # -------------------------------------------------------- effectiveness S(P, E)

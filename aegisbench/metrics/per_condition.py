@@ -6,6 +6,9 @@ order they are registered here; a new metric is one more decorated function.
 Counts and rates are at the frozen threshold; ``map50`` / ``map50_95`` use every
 prediction; ``n`` is GT boxes for recall, kept predictions for precision, images for the
 rest, environments (images with GT) for effectiveness and sequences for time to detect.
+A value with a zero denominator (precision without a kept detection, recall or mAP without
+a GT box, a mean over no boxes, a drop against a clean value of 0) is undefined: its row
+has a null value and interval and the note ``0/0`` (:data:`~aegisbench.metrics.condition.ZERO_DIVISION`).
 
 >>> [p.name for p in REGISTRY.producers("sar")][:8]
 ['tp', 'fp', 'fn', 'recall', 'precision', 'f1', 'map50', 'map50_95']
@@ -40,8 +43,9 @@ def _values(ctx: ConditionContext) -> dict[str, float]:
     """recall / precision / F1 at the threshold and the two mAPs of a condition."""
     def compute():
         c = ctx.counts
-        return {"recall": D.recall(c), "precision": D.precision(c), "f1": D.f1(c),
-                "map50": ctx.coco["map50"], "map50_95": ctx.coco["map50_95"]}
+        # pycocotools' -1: no GT box, so AP is 0/0
+        ap = {k: ctx.coco[k] if ctx.coco[k] >= 0 else math.nan for k in ("map50", "map50_95")}
+        return {"recall": D.recall(c), "precision": D.precision(c), "f1": D.f1(c), **ap}
     return ctx.cached("values", compute)
 
 
@@ -76,7 +80,7 @@ def fn(ctx: ConditionContext) -> Cell:
 @metric(direction=HIGHER, label="Recall", bounds=UNIT, full_scale=True, interval=True, tracks=TRACKS,
         track_labels={FIRESPREAD: "F2R recall"},
         description="Share of the positives found: GT boxes matched at the frozen threshold (detection), "
-                    "burnt pixels forecast burnt, p > threshold (fire spread); 0/0 = 0.")
+                    "burnt pixels forecast burnt, p > threshold (fire spread); null (n/a, 0/0) without positives.")
 def recall(ctx: ConditionContext) -> Cell:
     tp_, _, fn_ = (int(v) for v in ctx.pooled)
     return Cell(_values(ctx)["recall"], _shared_ci(ctx, "recall"), tp_ + fn_)
@@ -85,7 +89,7 @@ def recall(ctx: ConditionContext) -> Cell:
 @metric(direction=HIGHER, label="Precision", bounds=UNIT, full_scale=True, interval=True, tracks=TRACKS,
         track_labels={FIRESPREAD: "F2R precision"},
         description="Share of the kept predictions (detection) or of the pixels forecast burnt (fire spread) "
-                    "that are right; 0/0 = 0.")
+                    "that are right; null (n/a, 0/0) without a single kept prediction.")
 def precision(ctx: ConditionContext) -> Cell:
     tp_, fp_, _ = (int(v) for v in ctx.pooled)
     return Cell(_values(ctx)["precision"], _shared_ci(ctx, "precision"), tp_ + fp_)
@@ -93,14 +97,15 @@ def precision(ctx: ConditionContext) -> Cell:
 
 @metric(direction=HIGHER, label="F1", bounds=UNIT, full_scale=True, interval=True, tracks=TRACKS,
         track_labels={FIRESPREAD: "F2R F1"},
-        description="Harmonic mean of precision and recall, 2 TP / (2 TP + FP + FN), pooled; 0/0 = 0.")
+        description="Harmonic mean of precision and recall, 2 TP / (2 TP + FP + FN), pooled; null (n/a, 0/0) "
+                    "with neither a GT box nor a kept prediction.")
 def f1(ctx: ConditionContext) -> Cell:
     return Cell(_values(ctx)["f1"], _shared_ci(ctx, "f1"))
 
 
 @metric(direction=HIGHER, label="mAP50", bounds=UNIT, full_scale=True, interval=True,
         description="COCO average precision at IoU 0.5 (101-point, class-agnostic) over every prediction, "
-                    "no maxDets truncation.")
+                    "no maxDets truncation; null (n/a, 0/0) without a GT box.")
 def map50(ctx: ConditionContext) -> Cell:
     return Cell(_values(ctx)["map50"], _shared_ci(ctx, "map50"))
 
@@ -125,7 +130,8 @@ def recall_by_size(ctx: ConditionContext) -> dict[str, Cell]:
 
 RELATIVE_DROP = family("relative_drop", "relative_drop_{}", DROP_BASES, label="{text} drop vs own clean",
                        direction=LOWER, bounds=(-INF, 1.0),
-                       description="(clean - condition) / clean of the model's own {member} (NaN when clean is 0); "
+                       description="(clean - condition) / clean of the model's own {member} (null, 0/0, "
+                                   "when clean is 0 or undefined); "
                                    "0.25 = a quarter lost, negative = better than clean.")
 
 
@@ -182,15 +188,16 @@ def loc_n_both(ctx: ConditionContext) -> Cell | None:
 
 
 @metric(direction=LOWER, label="Silent failure", bounds=UNIT, full_scale=True,
-        description="1 when recall falls by at least half of its clean value while the surviving detections "
-                    "stay on target (localization IoU >= 0.7, or none left), else 0.")
+        description="1 when detections vanish without a sign: recall falls by at least half of its clean value, "
+                    "the surviving detections stay on target (localization IoU >= 0.7, or none left) and false "
+                    "positives per image at the frozen threshold are not above clean's; else 0 (null without GT).")
 def silent_failure(ctx: ConditionContext) -> Cell | None:
     loc = _stability(ctx)
     if loc is None:
         return None
     flag = D.silent_failure(_values(ctx.clean)["recall"], _values(ctx)["recall"], loc["stability"], loc["n_both"],
-                            ctx.silent)
-    return Cell(float(flag))
+                            ctx.clean.fp_per_image, ctx.fp_per_image, ctx.silent)
+    return Cell(None if flag is None else float(flag))
 
 
 def effectiveness_of(ctx: ConditionContext) -> dict | None:
