@@ -96,16 +96,13 @@ class SourceRecord:
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
             raise BadInput(f"split must be one of {SPLITS}, got {self.split!r}", where=self.image_id)
-        b = self.boxes
-        if b.ndim != 2 or b.shape[1] != 4 or b.dtype != np.float32:
-            raise TypeError("boxes must be float32 of shape (n, 4)")
-        if len(self.labels) != len(b):
-            raise ValueError("labels and boxes differ in length")
-        validate_boxes(b, self.width, self.height, where=self.image_id)
-        ig = self.ignore
-        if not isinstance(ig, np.ndarray) or ig.ndim != 2 or ig.shape[1] != 4 or ig.dtype != np.float32:
-            raise TypeError("ignore must be float32 of shape (k, 4)")
-        validate_boxes(ig, self.width, self.height, where=f"{self.image_id} (ignore regions)")
+        for name, b, where in (("boxes", self.boxes, self.image_id),
+                               ("ignore", self.ignore, f"{self.image_id} (ignore regions)")):
+            if not isinstance(b, np.ndarray) or b.ndim != 2 or b.shape[1] != 4 or b.dtype != np.float32:
+                raise TypeError(f"{name} must be float32 of shape (n, 4)")
+            if name == "boxes" and len(self.labels) != len(b):
+                raise ValueError("labels and boxes differ in length")
+            validate_boxes(b, self.width, self.height, where=where)
         names = [k for k, _ in self.meta]
         if names != sorted(set(names)) or not all(isinstance(v, str) for _, v in self.meta):
             raise ValueError("meta must be (name, value) string pairs with unique names, sorted")
