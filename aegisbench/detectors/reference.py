@@ -23,6 +23,7 @@ import dataclasses
 import json
 import logging
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,8 @@ from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.fields import Range, check_choice, check_fields
-from aegisbench.hashing import json_sha256, rng_for
+from aegisbench.detectors.checkpoint import portable_checkpoint
+from aegisbench.hashing import file_sha256, json_sha256, rng_for
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +76,7 @@ class ReferenceParams:
     fliplr: float = 0.5
     flipud: float = 0.5
     device: str = "cpu"
-    threads: int | None = None  # torch CPU threads (None: Ultralytics' choice, cores - 1)
+    threads: int | None = 1  # torch CPU threads; 1 keeps float sums in one order (None: Ultralytics' cores - 1)
     max_images: int | None = None  # cap on train images (tiny test configs)
 
     def __post_init__(self) -> None:
@@ -224,32 +226,46 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
 
     out = Path(out_dir)
-    work = out / "work"
-    data_yaml = export_yolo_dataset(source_table, work / "dataset", params)
+    out.mkdir(parents=True, exist_ok=True)
     import_ultralytics()
     import torch
     from ultralytics import YOLO
 
-    model = YOLO(params.model_path())
-    if params.threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
-        model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(params.threads))
-    t0, c0 = time.perf_counter(), time.process_time()
-    model.train(data=str(data_yaml), epochs=params.epochs, imgsz=params.imgsz, batch=params.batch,
-                seed=params.seed, deterministic=True, workers=0, device=params.device,
-                project=str(work.resolve()), name="train", exist_ok=True, plots=False, amp=False,
-                val=False, verbose=False, pretrained=False, optimizer=params.optimizer, lr0=params.lr0,
-                mosaic=params.mosaic, close_mosaic=params.close_mosaic, warmup_epochs=params.warmup_epochs, scale=params.scale,
-                fliplr=params.fliplr, flipud=params.flipud, cache=False, save_period=-1)
-    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
-    last = work / "train" / "weights" / "last.pt"
-    if not last.exists():  # pragma: no cover - Ultralytics always writes last.pt
-        raise RuntimeError(f"training wrote no checkpoint at {last}")
-    with atomic_path(out / "weights.pt") as tmp:
-        shutil.copyfile(last, tmp)
+    # the exported crops and Ultralytics' run folder live in a scratch folder next to
+    # ``out`` and are removed: the output is the weights, train.json and nothing else
+    with tempfile.TemporaryDirectory(prefix=".train-", dir=out.parent) as scratch:
+        work = Path(scratch)
+        data_yaml = export_yolo_dataset(source_table, work / "dataset", params)
+        model = YOLO(params.model_path())
+        threads = params.threads
+        if threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
+            model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(threads))
+        before = torch.get_num_threads()
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            model.train(data=str(data_yaml), epochs=params.epochs, imgsz=params.imgsz, batch=params.batch,
+                        seed=params.seed, deterministic=True, workers=0, device=params.device,
+                        project=str(work.resolve()), name="train", exist_ok=True, plots=False, amp=False,
+                        val=False, verbose=False, pretrained=False, optimizer=params.optimizer, lr0=params.lr0,
+                        mosaic=params.mosaic, close_mosaic=params.close_mosaic, warmup_epochs=params.warmup_epochs,
+                        scale=params.scale, fliplr=params.fliplr, flipud=params.flipud, cache=False,
+                        save_period=-1, time=None, patience=params.epochs + 1)
+            trained_threads = torch.get_num_threads()
+        finally:
+            torch.set_num_threads(before)
+        seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
+        last = work / "train" / "weights" / "last.pt"
+        if not last.exists():  # pragma: no cover - Ultralytics always writes last.pt
+            raise RuntimeError(f"training wrote no checkpoint at {last}")
+        portable_checkpoint(last, out / "weights.pt")
+    stale = out / "work"  # written by earlier versions
+    if stale.is_dir():
+        shutil.rmtree(stale)
+    # train.json is part of the output and holds no timings (they differ run to run)
     report = {"source_table": Path(source_table).name, "params": dataclasses.asdict(params),
-              "params_sha256": json_sha256(dataclasses.asdict(params)), "train_seconds": round(seconds, 1),
-              "train_cpu_seconds": round(cpu_seconds, 1),
-              "torch_threads": torch.get_num_threads(), "weights": "weights.pt",
+              "params_sha256": json_sha256(dataclasses.asdict(params)),
+              "torch_threads": trained_threads, "weights": "weights.pt",
+              "weights_sha256": file_sha256(out / "weights.pt"),
               "detect_imgsz": params.inference_imgsz()}
     if score:
         from aegisbench.detectors.interface import DetectorOptions, load_detector
@@ -258,6 +274,7 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
                                                                          imgsz=params.inference_imgsz()))
         report["scores"] = score_on_source(det, source_table)
     atomic_write_text(out / "train.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
+    report.update(train_seconds=round(seconds, 1), train_cpu_seconds=round(cpu_seconds, 1))
     log.info("reference detector trained in %.0f s -> %s", seconds, out / "weights.pt")
     return report
 

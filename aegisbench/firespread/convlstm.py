@@ -127,7 +127,19 @@ def _seed(key: str) -> int:
 
 def train_convlstm(train: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]], observe: int,
                    cfg: ConvLSTMConfig) -> ConvLSTMCA:
-    """Train on ``{s_level: {ic: (ignition_times (n, H, W), tree (H, W))}}`` of the train split."""
+    """Train on ``{s_level: {ic: (ignition_times (n, H, W), tree (H, W))}}`` of the train split.
+
+    Runs on one CPU thread: gradient sums then have one order on every machine, so the
+    same config gives the same weights whatever the core count or load."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(train, observe, cfg)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train(train, observe: int, cfg: ConvLSTMConfig) -> ConvLSTMCA:
     dev = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     pool = [(s, ic, j) for s, by_ic in sorted(train.items()) for ic, (tau, _) in sorted(by_ic.items())
             for j in range(len(tau))]
