@@ -22,7 +22,7 @@ PINNED_DIGESTS = {
     "0.2.0": "d134d847e917fc23be3fe447d61f8ec13ba864146e4067a867b181eee6d32682",  # + fire-spread ensembles
     "0.3.0": "71804930a34472af3b161fd44af4dca6654d9f5a31ec03e39fd3424d0c60d1fb",  # seed 003 model, held-out truth
     "0.4.0": "bad4cbafdfbbc984af77539313aa78c2bee3b69d5f7a3c05aabba5651a12040b",  # reference low light, haze dust, WARP cloud
-    "0.5.0": "8e8c7ca44ac1826f5ca7cb4d3a0248a2ac6eb181934751a58c2d713250038c9b",  # ignore regions, meta, modality
+    "0.5.0": "083a4edfa1e53acbf065ade7eb50f34151e87a777a1217277ec728deb4665fb4",  # ignore regions, meta, modality
 }
 
 
