@@ -1,10 +1,15 @@
 """The ``aegisbench`` command line.
 
 Exit status: 0 success, 2 bad input (one line on stderr naming the file/row/field,
-no traceback), 1 internal error. Each command lives in the ``commands`` module of the
-code it drives and is wired in by ``register(subparsers)``; this file only wires them
-together (by module name: library code never imports a CLI module) and groups them in
-``aegisbench --help`` by pipeline stage (:data:`COMMAND_GROUPS`).
+no traceback), 1 internal error. A full disk or quota, a read-only or forbidden path, a
+name too long and a non-UTF-8 file name are the user's to fix too: one line naming the
+path, exit 2. Every error and log line goes through :func:`~aegisbench.errors.printable`,
+so text from a file or folder name cannot forge a line or a terminal escape.
+
+Each command lives in the ``commands`` module of the code it drives and is wired in by
+``register(subparsers)``; this file only wires them together (by module name: library code
+never imports a CLI module) and groups them in ``aegisbench --help`` by pipeline stage
+(:data:`COMMAND_GROUPS`).
 
 >>> parser = build_parser()
 >>> "conditions:" in parser.format_help() and "run" in parser.format_help()
@@ -14,12 +19,14 @@ True
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import sys
 
 from aegisbench import __version__
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, printable
 
 # Modules that contribute sub-commands via ``register(subparsers)``.
 COMMAND_MODULES = [
@@ -44,6 +51,44 @@ COMMAND_GROUPS = {
 }
 
 log = logging.getLogger("aegisbench")
+#: OSErrors that are the user's to fix (exit 2): storage full or refused, a name too long.
+USER_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+               errno.EFBIG: "file too large for the file system or the process limit",
+               errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
+               errno.EPERM: "operation not permitted", errno.ENAMETOOLONG: "file name too long"}
+MAX_LOG_CHARS = 4000
+
+
+class OneLineFormatter(logging.Formatter):
+    """Each log message on one line, control characters escaped (see ``printable``)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = printable(record.message, MAX_LOG_CHARS)
+        return super().formatMessage(record)
+
+
+def failed_path(exc: OSError) -> str:
+    """The path an OSError is about: its ``filename``, else (a failed ``write`` carries
+    none) the innermost ``path`` argument on its traceback."""
+    if exc.filename is not None:
+        return os.fsdecode(exc.filename)
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        value = tb.tb_frame.f_locals.get("path")
+        found = value if isinstance(value, (str, os.PathLike)) else found
+        tb = tb.tb_next
+    return os.fsdecode(found) if found is not None else "(path not known)"
+
+
+def user_error(exc: BaseException) -> str | None:
+    """The one-line message of an exception that is the user's to fix, else None."""
+    if isinstance(exc, BadInput):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno in USER_ERRNOS:
+        return f"{failed_path(exc)}: {USER_ERRNOS[exc.errno]} ({exc.strerror or exc})"
+    if isinstance(exc, UnicodeEncodeError) and exc.reason == "surrogates not allowed":
+        return f"{exc.object}: a file or folder name is not valid UTF-8; rename it"
+    return None
 
 
 def command_groups(names) -> dict[str, list[str]]:
@@ -88,12 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
     try:
         rc = args.func(args)
-    except BadInput as exc:
-        print(f"aegisbench {args.command}: error: {exc}", file=sys.stderr)
+    except (BadInput, OSError, UnicodeEncodeError) as exc:
+        message = user_error(exc)
+        if message is None:
+            raise
+        print(f"aegisbench {args.command}: error: {printable(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("aegisbench: interrupted", file=sys.stderr)

@@ -8,7 +8,9 @@ stays bounded however many tasks there are.
 
 * ``local``: one worker runs in-process; more use a ``ProcessPoolExecutor``. When a
   worker process dies (killed, out of memory) the pool is rebuilt and the unfinished
-  tasks are submitted again, up to ``max_retries`` times.
+  tasks are submitted again, up to ``max_retries`` times. Workers die with the process
+  that started them, ``kill -9`` included (:func:`_die_with_parent`): none is left
+  holding memory or an output's lock.
 * ``ray``: every task is a ``ray.remote`` task with ``max_retries`` (Ray reruns a task
   whose worker died). :func:`connect` joins the cluster at ``ray_address``
   (``auto`` or ``HOST:PORT``) or, with no address, starts a local Ray with
@@ -27,11 +29,16 @@ never retried; it is re-raised in the caller as the original exception.
 
 from __future__ import annotations
 
+import ctypes
 import inspect
 import logging
 import os
 import re
+import signal
 import socket
+import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -191,11 +198,47 @@ def map_tasks(fn: Callable[[Any], Any], tasks: Iterable, executor: Executor = Ex
     return _map_processes(fn, tasks, executor)
 
 
+PARENT_POLL_S = 0.5
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)  # the parent is gone: nobody will read our results
+
+
+def _die_with_parent(creator: int, deathsig: bool) -> None:
+    """Initializer of pool workers: exit as soon as the parent process is gone (its
+    ``kill -9`` included). On Linux ``PR_SET_PDEATHSIG`` kills the worker at once when the
+    pool was started from the main thread (the signal follows the creating thread); a
+    daemon thread polling ``os.getppid()`` covers every case within ``PARENT_POLL_S``.
+    ``creator``: the PID that made the pool (gone already: exit now)."""
+    if deathsig and sys.platform == "linux":
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    parent = os.getppid()
+    if parent != creator:  # a fork server's child, or orphaned before this ran
+        try:
+            os.kill(creator, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:
+            pass
+    threading.Thread(target=_watch_parent, args=(parent,), name="aegisbench-parent-watch", daemon=True).start()
+
+
+def _pool(workers: int) -> ProcessPoolExecutor:
+    deathsig = threading.current_thread() is threading.main_thread()
+    return ProcessPoolExecutor(workers, initializer=_die_with_parent, initargs=(os.getpid(), deathsig))
+
+
 def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
     source = iter(tasks)
     pending: deque = deque()  # (task, future), oldest first
     retries = executor.max_retries
-    pool = ProcessPoolExecutor(executor.workers)
+    pool = _pool(executor.workers)
     try:
         while True:
             try:  # a dead worker breaks the pool: submit() and result() both raise then
@@ -215,7 +258,7 @@ def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
                 log.warning("a worker process died; restarting the pool and resubmitting %d task(s) "
                             "(%d retr%s left)", len(pending), retries, "y" if retries == 1 else "ies")
                 pool.shutdown(wait=True, cancel_futures=True)
-                pool = ProcessPoolExecutor(executor.workers)
+                pool = _pool(executor.workers)
                 pending = deque((t, pool.submit(fn, t)) for t, _ in pending)
                 continue
             pending.popleft()

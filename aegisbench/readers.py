@@ -1,16 +1,33 @@
-"""Reading user-supplied YAML and JSON files: a missing or malformed file is a BadInput
-that names it. YAML is always read with ``safe_load`` (no object construction).
+"""Reading user-supplied files within declared limits: every problem is a BadInput that
+names the file.
+
+* YAML is read with ``safe_load`` (no object construction) after an event scan that
+  refuses nesting deeper than :data:`MAX_NESTING` and more than :data:`MAX_YAML_NODES`
+  nodes once aliases are expanded (the "billion laughs"), before anything is built;
+* JSON deeper than :data:`MAX_NESTING` (or than Python's recursion limit) is refused;
+* :func:`regular_file` refuses a link, FIFO, socket or device where a file is expected
+  (a FIFO would block a read forever, ``/dev/zero`` never ends);
+* :func:`image_header_size` reads the width and height from a PNG, JPEG, BMP, TIFF or WebP
+  header, so :func:`check_image_bytes` refuses a decompression bomb (more than
+  :data:`MAX_IMAGE_PIXELS`) before it is decoded.
 
 >>> import tempfile, pathlib
 >>> p = pathlib.Path(tempfile.mkdtemp()) / "x.yaml"
 >>> _ = p.write_text("a: 1")
 >>> read_yaml(p, "params file")
 {'a': 1}
+>>> load_json("[" * 65 + "]" * 65, "x.json")
+Traceback (most recent call last):
+...
+aegisbench.errors.BadInput: x.json: nested deeper than 64 levels
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -18,24 +35,254 @@ import yaml
 
 from aegisbench.errors import BadInput
 
+# ------------------------------------------------------------------ declared limits
+
+#: Deepest nesting of lists / mappings accepted in a user's JSON or YAML file.
+MAX_NESTING = 64
+#: Most nodes of a YAML document once its aliases are expanded.
+MAX_YAML_NODES = 1_000_000
+#: Largest YAML or JSON file read whole by :func:`read_yaml` / :func:`read_json`.
+MAX_TEXT_BYTES = 256 * 1024**2
+#: Largest image file decoded, and most pixels (width x height) of a decoded image.
+MAX_IMAGE_BYTES = 512 * 1024**2
+MAX_IMAGE_PIXELS = 100_000_000
+#: A submission: longest id (its folder name), most files and folders, deepest folder.
+MAX_ID_CHARS = 64
+MAX_SUBMISSION_ENTRIES = 1_000_000
+MAX_SUBMISSION_DEPTH = 8
+#: Most rows of one Parquet predictions file, largest YOLO txt and COCO results file (the
+#: size limit of ``ValidationLimits.max_file_bytes`` applies to every file as well).
+MAX_PREDICTION_ROWS = 20_000_000
+MAX_YOLO_FILE_BYTES = 64 * 1024**2
+MAX_COCO_FILE_BYTES = 256 * 1024**2
+
+_KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
+
+
+def file_kind(mode: int) -> str:
+    """What a ``st_mode`` is, in words (``a regular file``, ``a FIFO``, ...)."""
+    return next((name for test, name in _KINDS if test(mode)), "a regular file" if stat.S_ISREG(mode)
+                else "not a regular file")
+
+
+def regular_file(path: str | Path, what: str = "file", follow: bool = True) -> os.stat_result:
+    """The stat of ``path``; BadInput when it is missing or not a regular file (with
+    ``follow=False`` a symbolic link is refused too)."""
+    try:
+        st = os.stat(path) if follow else os.lstat(path)
+    except FileNotFoundError:
+        raise BadInput(f"{what} not found", where=str(path)) from None
+    except OSError as exc:
+        raise BadInput(f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{what} is {file_kind(st.st_mode)}, not a regular file", where=str(path))
+    return st
+
 
 def _text(path: Path, what: str) -> str:
-    if not path.is_file():
-        raise BadInput(f"{what} not found", where=str(path))
-    return path.read_text()
+    size = regular_file(path, what).st_size
+    if size > MAX_TEXT_BYTES:
+        raise BadInput(f"{what} is {size} bytes, larger than the limit of {MAX_TEXT_BYTES}", where=str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=str(path)) from None
+
+
+# ------------------------------------------------------------------ YAML / JSON
+
+
+def _too_deep(where: str) -> BadInput:
+    return BadInput(f"nested deeper than {MAX_NESTING} levels", where=where)
+
+
+def _scan_yaml(text: str, where: str) -> None:
+    """Refuse a YAML document nested deeper than :data:`MAX_NESTING` or larger than
+    :data:`MAX_YAML_NODES` nodes with its aliases expanded (the parser is iterative)."""
+    stack: list[list] = []  # open collections: [anchor, nodes, depth below]
+    anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, depth)
+    for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(ev, yaml.CollectionStartEvent):
+            stack.append([ev.anchor, 1, 1])
+            if len(stack) > MAX_NESTING:
+                raise _too_deep(where)
+            continue
+        if isinstance(ev, yaml.CollectionEndEvent):
+            anchor, nodes, depth = stack.pop()
+        elif isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in anchors and any(open_[0] == ev.anchor for open_ in stack):
+                raise BadInput(f"alias *{ev.anchor} refers to a node that contains it (a recursive structure)",
+                               where=where)
+            anchor, (nodes, depth) = None, anchors.get(ev.anchor, (1, 0))
+        elif isinstance(ev, yaml.ScalarEvent):
+            anchor, nodes, depth = ev.anchor, 1, 0
+        else:
+            continue
+        if anchor:
+            anchors[anchor] = (nodes, depth)
+        if len(stack) + depth > MAX_NESTING:
+            raise _too_deep(where)
+        if stack:
+            stack[-1][1] += nodes
+            stack[-1][2] = max(stack[-1][2], depth + 1)
+            nodes = stack[-1][1]
+        if nodes > MAX_YAML_NODES:
+            raise BadInput(f"more than {MAX_YAML_NODES} nodes once its aliases are expanded", where=where)
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load(text)`` within the declared limits; BadInput naming ``where``."""
+    try:
+        _scan_yaml(text, where)
+        return yaml.safe_load(text)
+    except BadInput:
+        raise
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. a too long integer
+        raise BadInput(f"malformed YAML: {exc}", where=where) from None
+
+
+def check_nesting(obj: Any, where: str, limit: int = MAX_NESTING) -> None:
+    """BadInput when lists / dicts in ``obj`` nest deeper than ``limit`` (iterative)."""
+    todo = [(obj, 1)]
+    while todo:
+        o, d = todo.pop()
+        children = o.values() if isinstance(o, dict) else o if isinstance(o, list) else None
+        if children is None:
+            continue
+        if d > limit:
+            raise _too_deep(where)
+        todo.extend((c, d + 1) for c in children)
+
+
+def load_json(text: str | bytes, where: str, nesting: bool = True) -> Any:
+    """``json.loads(text)``; BadInput naming ``where`` when malformed or (``nesting``)
+    nested deeper than :data:`MAX_NESTING` (always when deeper than the recursion limit)."""
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"malformed JSON ({exc})", where=where) from None
+    except RecursionError:
+        raise _too_deep(where) from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise BadInput(f"malformed JSON ({exc})", where=where) from None
+    if nesting:
+        check_nesting(obj, where)
+    return obj
 
 
 def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
     path = Path(path)
-    try:
-        return yaml.safe_load(_text(path, what))
-    except yaml.YAMLError as exc:
-        raise BadInput(f"malformed YAML: {exc}", where=str(path)) from None
+    return load_yaml(_text(path, what), str(path))
 
 
 def read_json(path: str | Path, what: str = "JSON file") -> Any:
     path = Path(path)
+    return load_json(_text(path, what), str(path))
+
+
+# ------------------------------------------------------------------ image headers
+
+
+def _jpeg_size(data: bytes) -> tuple[int, int] | None:
+    i = 2
+    while i + 4 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0x01, *range(0xD0, 0xD9)):  # stand-alone markers
+            i += 2
+            continue
+        seg = struct.unpack(">H", data[i + 2:i + 4])[0]
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # start of frame
+            if i + 9 > len(data):
+                return None
+            h, w = struct.unpack(">HH", data[i + 5:i + 9])
+            return w, h
+        if marker in (0xD9, 0xDA) or seg < 2:  # end of image / start of scan before any frame
+            return None
+        i += 2 + seg
+    return None
+
+
+def _tiff_size(data: bytes) -> tuple[int, int] | None:
+    e = "<" if data[:2] == b"II" else ">"
     try:
-        return json.loads(_text(path, what))
-    except json.JSONDecodeError as exc:
-        raise BadInput(f"malformed JSON ({exc})", where=str(path)) from None
+        (ifd,) = struct.unpack(e + "I", data[4:8])
+        (n,) = struct.unpack(e + "H", data[ifd:ifd + 2])
+        tags = {}
+        for k in range(min(n, 4096)):
+            tag, typ, _, value = struct.unpack(e + "HHI4s", data[ifd + 2 + 12 * k:ifd + 14 + 12 * k])
+            if tag in (256, 257):
+                tags[tag] = struct.unpack(e + ("H" if typ == 3 else "I"), value[:2 if typ == 3 else 4])[0]
+    except struct.error:
+        return None
+    return (tags[256], tags[257]) if len(tags) == 2 else None
+
+
+def _webp_size(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8X" and len(data) >= 30:
+        return 1 + int.from_bytes(data[24:27], "little"), 1 + int.from_bytes(data[27:30], "little")
+    if chunk == b"VP8L" and len(data) >= 25 and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return 1 + (bits & 0x3FFF), 1 + ((bits >> 14) & 0x3FFF)
+    if chunk == b"VP8 " and len(data) >= 30 and data[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack("<HH", data[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    return None
+
+
+def image_header_size(data: bytes) -> tuple[int, int] | None:
+    """``(width, height)`` from the header of PNG, JPEG, BMP, TIFF or WebP bytes; None
+    when the format is none of these or the header is cut short.
+
+    >>> import numpy as np, cv2
+    >>> image_header_size(cv2.imencode(".png", np.zeros((7, 13, 3), np.uint8))[1].tobytes())
+    (13, 7)
+    """
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR" and len(data) >= 24:
+        return struct.unpack(">II", data[16:24])
+    if data[:2] == b"\xff\xd8":
+        return _jpeg_size(data)
+    if data[:2] == b"BM" and len(data) >= 26:
+        if struct.unpack("<I", data[14:18])[0] == 12:  # OS/2 core header
+            return struct.unpack("<HH", data[18:22])
+        w, h = struct.unpack("<ii", data[18:26])
+        return abs(w), abs(h)
+    if data[:4] in (b"II*\x00", b"MM\x00*"):
+        return _tiff_size(data)
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return _webp_size(data)
+    return None
+
+
+def check_image_bytes(data: bytes, where: str) -> tuple[int, int]:
+    """The header's ``(width, height)``; BadInput naming ``where`` when the file is larger
+    than :data:`MAX_IMAGE_BYTES`, its header cannot be read, or it declares more than
+    :data:`MAX_IMAGE_PIXELS` pixels (a decompression bomb), all before any decoding."""
+    if len(data) > MAX_IMAGE_BYTES:
+        raise BadInput(f"image file is {len(data)} bytes, larger than the limit of {MAX_IMAGE_BYTES}", where=where)
+    size = image_header_size(data)
+    if size is None:
+        raise BadInput("cannot decode image (not a PNG, JPEG, BMP, TIFF or WebP file with a readable header)",
+                       where=where)
+    w, h = size
+    if w * h > MAX_IMAGE_PIXELS:
+        raise BadInput(f"image header declares {w}x{h} = {w * h} pixels, more than the limit of "
+                       f"{MAX_IMAGE_PIXELS} (refused before decoding)", where=where)
+    return w, h
+
+
+def read_image_bytes(path: str | Path) -> bytes:
+    """The bytes of an image file after :func:`check_image_bytes` (a regular file, size
+    checked before reading)."""
+    size = regular_file(path, "image").st_size
+    if size > MAX_IMAGE_BYTES:
+        raise BadInput(f"image file is {size} bytes, larger than the limit of {MAX_IMAGE_BYTES}", where=str(path))
+    data = Path(path).read_bytes()
+    check_image_bytes(data, str(path))
+    return data

@@ -4,10 +4,17 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 import pytest
 
 from _evalkit import tiny_repo
 from aegisbench.evaluation.dataset import DatasetIndex
+
+
+# verification records of the test run go to a scratch folder, not the user's ~/.cache
+os.environ.setdefault("AEGISBENCH_CACHE", tempfile.mkdtemp(prefix="aegisbench-cache-"))
 
 
 @pytest.fixture(scope="session")

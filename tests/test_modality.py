@@ -17,6 +17,8 @@ import yaml
 
 import aegisbench.corruptions as C
 from _evalkit import gt_table, write_submission
+from aegisbench.builders.card import card_inputs, render_card
+from aegisbench.hashing import file_sha256
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.manifest import MANIFEST, dataset_digest, load_manifest, verify_repo
 from aegisbench.builders.sources import materialize_source
@@ -176,6 +178,9 @@ def _drop_val(repo: Path, dest: Path, sources: list[str]) -> Path:
             (dest / shard["path"]).unlink()
             del m["files"][shard["path"]]
     m["dataset_digest"] = dataset_digest(m["benchmark_version"], m["configs"])
+    card = dest / "README.md"  # the card states the split sizes and the digest: re-rendered
+    card.write_text(render_card(m, *card_inputs(card.read_text())))
+    m["files"]["README.md"] = {"sha256": file_sha256(card), "bytes": card.stat().st_size}
     (dest / MANIFEST).write_text(json.dumps(m, indent=1, sort_keys=True) + "\n")
     assert verify_repo(dest).ok
     return dest

@@ -52,6 +52,7 @@ from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, as
                                         validate_fractions, validate_split_lists)
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
+from aegisbench.readers import read_image_bytes
 from aegisbench.vocab import SOURCE_FORMATS
 
 log = logging.getLogger(__name__)
@@ -264,8 +265,9 @@ def _plan(spec: SourceSpec, images: list[fmt.RawImage]) -> tuple[list[_Planned],
 
 
 def read_image(path: Path) -> np.ndarray:
-    """Decode an image file to RGB uint8 (EXIF orientation ignored); BadInput if corrupt."""
-    data = path.read_bytes()
+    """Decode an image file to RGB uint8 (EXIF orientation ignored); BadInput if corrupt,
+    or before decoding if its header declares more pixels than the declared limit."""
+    data = read_image_bytes(path)
     if data[:2] == b"\xff\xd8":  # JPEG: libjpeg decodes a truncated file with a warning only
         sos = data.rfind(b"\xff\xda")
         if sos < 0 or data.find(b"\xff\xd9", sos) < 0:

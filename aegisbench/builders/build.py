@@ -27,7 +27,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 import aegisbench
-from aegisbench.atomic import atomic_write_text, drop_partial_writes, replace_dir
+from aegisbench.atomic import atomic_write_text, clean_leftovers, drop_partial_writes, output_lock, replace_dir
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
@@ -115,49 +115,51 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
     depend on which executor or how many workers ran them."""
     out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
-    sources_dir = Path(sources_dir or params.sources_dir).absolute()
-    specs = config_specs(params)
-    tasks = plan_tasks(params, sources_dir, specs)
-    src_hash = builder_source_hash()
-    staging = staging_dir(out, params, tasks, src_hash)
-    for stale in out.parent.glob(f".{out.name}.staging-*"):
-        if stale != staging:
-            shutil.rmtree(stale, ignore_errors=True)
-    staging.mkdir(parents=True, exist_ok=True)
-    drop_partial_writes(staging)  # half-written files of a killed run
-    by_name = {s.name: s for s in specs}
-    transforms = {s.name: s.transform(params) for s in specs}
-    jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
-    executor = executor or Executor("local", workers or params.build.workers)
-    bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
-    entries = []
-    for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
-        entries.append(e)
-        bar.update()
-    bar.close()
-    drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
-    metas = {s.name: s.meta for s in specs}
-    descriptions = {s.name: s.description for s in by_name.values()}
-    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
-                "citation": s.citation, "description": s.description} for s in params.sources]
-    if params.firespread is not None:
-        metas.update(firespread_metas(params.firespread))
-        descriptions.update(config_descriptions(params.firespread))
-        sources.append(FIRESPREAD_SOURCE)
-    manifest = assemble_manifest(params, tasks, entries, src_hash, metas, not_physical(params, specs))
-    shutil.rmtree(staging / ".shards", ignore_errors=True)
-    card = render_card(manifest, descriptions, sources)
-    atomic_write_text(staging / "README.md", card)
-    manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
-                                      "bytes": (staging / "README.md").stat().st_size}
-    atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    report = verify_repo(staging)
-    if not report.ok:  # pragma: no cover - would be a bug in the writer
-        raise RuntimeError("freshly built repo fails verify: " + "; ".join(report.lines()))
-    replace_dir(staging, out)
-    log.info("built %s: %d configs, %d shards, digest %s", out, len(manifest["configs"]),
-             len(tasks), manifest["dataset_digest"])
-    return manifest
+    with output_lock(out):  # one build of ``out`` at a time; what killed builds left goes first
+        clean_leftovers(out)
+        sources_dir = Path(sources_dir or params.sources_dir).absolute()
+        specs = config_specs(params)
+        tasks = plan_tasks(params, sources_dir, specs)
+        src_hash = builder_source_hash()
+        staging = staging_dir(out, params, tasks, src_hash)
+        for stale in out.parent.glob(f".{out.name}.staging-*"):
+            if stale != staging:
+                shutil.rmtree(stale, ignore_errors=True)
+        staging.mkdir(parents=True, exist_ok=True)
+        drop_partial_writes(staging)  # half-written files of a killed run
+        by_name = {s.name: s for s in specs}
+        transforms = {s.name: s.transform(params) for s in specs}
+        jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
+        executor = executor or Executor("local", workers or params.build.workers)
+        bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
+        entries = []
+        for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
+            entries.append(e)
+            bar.update()
+        bar.close()
+        drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
+        metas = {s.name: s.meta for s in specs}
+        descriptions = {s.name: s.description for s in by_name.values()}
+        sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
+                    "citation": s.citation, "description": s.description} for s in params.sources]
+        if params.firespread is not None:
+            metas.update(firespread_metas(params.firespread))
+            descriptions.update(config_descriptions(params.firespread))
+            sources.append(FIRESPREAD_SOURCE)
+        manifest = assemble_manifest(params, tasks, entries, src_hash, metas, not_physical(params, specs))
+        shutil.rmtree(staging / ".shards", ignore_errors=True)
+        card = render_card(manifest, descriptions, sources)
+        atomic_write_text(staging / "README.md", card)
+        manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
+                                          "bytes": (staging / "README.md").stat().st_size}
+        atomic_write_text(staging / MANIFEST, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        report = verify_repo(staging, cache=True)  # records what it decoded: the first evaluate skips it
+        if not report.ok:  # pragma: no cover - would be a bug in the writer
+            raise RuntimeError("freshly built repo fails verify: " + "; ".join(report.lines()))
+        replace_dir(staging, out)
+        log.info("built %s: %d configs, %d shards, digest %s", out, len(manifest["configs"]),
+                 len(tasks), manifest["dataset_digest"])
+        return manifest
 
 
 def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],

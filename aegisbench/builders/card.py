@@ -4,14 +4,26 @@ plus a human description of every config, the sources (with their sensor modalit
 their licences and citations, and which (source, condition) cells were not built
 because the condition's physics does not hold for the source's sensor
 ("n/a (not physical for thermal)").
+
+The card ends with its inputs that the manifest does not hold (config descriptions,
+source licences, citations and descriptions) as a hidden ``aegisbench-card-inputs``
+comment, so ``verify`` re-renders the card from the manifest and those inputs and
+compares (:func:`card_problems`).
+
+>>> text = _inputs_block({"clean": "a <b> --> c"}, [])
+>>> text.startswith("<!-- aegisbench-card-inputs {") and "-->" not in text[:-3], card_inputs(text)
+(True, ({'clean': 'a <b> --> c'}, []))
 """
 
 from __future__ import annotations
 
 import inspect
+import json
+import re
 
 import yaml
 
+from aegisbench.hashing import canonical_json
 from aegisbench.builders.hfrepo import FEATURES
 from aegisbench.vocab import CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, WARP_NOISE, parse_corruption_config
 
@@ -75,8 +87,72 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
         lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {s['license']} "
                      f"| {s['description']} |")
     cites = [s["citation"].strip() for s in sources if s.get("citation")]
-    lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", ""]
+    lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", "",
+              _inputs_block({c: descriptions.get(c, "") for c in sorted(configs)}, sources), ""]
     return "\n".join(lines)
+
+
+_INPUTS = "<!-- aegisbench-card-inputs "
+_INPUTS_RE = re.compile(r"^<!-- aegisbench-card-inputs (\{.*\}) -->$", re.MULTILINE)
+
+
+def _inputs_block(descriptions: dict[str, str], sources: list[dict]) -> str:
+    """The hidden comment holding the card's inputs (``<`` and ``>`` escaped: it cannot end early)."""
+    body = canonical_json({"descriptions": descriptions, "sources": sources})
+    return _INPUTS + body.replace("<", "\\u003c").replace(">", "\\u003e") + " -->"
+
+
+def card_inputs(text: str) -> tuple[dict, list] | None:
+    """``(descriptions, sources)`` of a card's inputs comment; None without a well-formed one."""
+    found = _INPUTS_RE.findall(text)
+    try:
+        doc = json.loads(found[-1]) if found else None
+    except ValueError:
+        return None
+    if not (isinstance(doc, dict) and isinstance(doc.get("descriptions"), dict)
+            and isinstance(doc.get("sources"), list) and all(isinstance(s, dict) for s in doc["sources"])):
+        return None
+    return doc["descriptions"], doc["sources"]
+
+
+def card_problems(text: str, manifest: dict, exact: bool = True) -> list[str]:
+    """What is wrong with a repo's card given its manifest. ``exact``: the card must be what
+    :func:`render_card` renders from the manifest and the card's inputs (the manifest was
+    written by this code); otherwise (another builder version) its YAML configs and split
+    sizes and its digest must be the manifest's."""
+    inputs = card_inputs(text)
+    if inputs is None:
+        return ["the card has no well-formed inputs comment (not rendered by this builder)"] if exact \
+            else _declared_problems(text, manifest)
+    descriptions, sources = inputs
+    declared = {n: (s.get("track"), s.get("kind"), s.get("modality")) for n, s in manifest.get("sources", {}).items()}
+    listed = {s.get("name"): (s.get("track"), s.get("kind"), s.get("modality")) for s in sources}
+    bad = [] if listed == declared else ["the card's sources (name, track, kind, modality) are not the manifest's"]
+    if not exact:
+        return bad + _declared_problems(text, manifest)
+    try:
+        same = render_card(manifest, descriptions, sources) == text
+    except (KeyError, TypeError, ValueError, AttributeError):
+        same = False
+    return bad + ([] if same else ["the card differs from the card rendered from the manifest and its inputs"])
+
+
+def _declared_problems(text: str, manifest: dict) -> list[str]:
+    """The parts of a card any builder version derives from the manifest alone."""
+    bad = []
+    head = text.split("\n---\n", 1)[0]
+    try:
+        front = yaml.safe_load(head[4:]) if head.startswith("---\n") else None
+    except yaml.YAMLError:
+        front = None
+    entries, info = _declared_configs(manifest["configs"])
+    if not isinstance(front, dict) or front.get("configs") != entries or (
+            [(i.get("config_name"), i.get("splits")) for i in front.get("dataset_info") or [] if isinstance(i, dict)]
+            != [(i["config_name"], i["splits"]) for i in info]):
+        bad.append("the card's YAML configs and split sizes are not the manifest's")
+    if f"dataset digest: `{manifest['dataset_digest']}`" not in text:
+        bad.append("the card does not state the manifest's dataset digest")
+    return bad
 
 
 def _declared_configs(configs: dict) -> tuple[list[dict], list[dict]]:

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from aegisbench.atomic import atomic_path
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
+from aegisbench.readers import check_image_bytes
 
 META_STRUCT = pa.struct([pa.field("name", pa.string()), pa.field("value", pa.string())])
 SOURCE_SCHEMA = pa.schema(
@@ -64,7 +65,10 @@ def encode_png(image: np.ndarray) -> bytes:
 
 
 def decode_image(data: bytes, where: str = "image") -> np.ndarray:
-    """Decode encoded image bytes to RGB uint8; BadInput naming ``where`` if corrupt."""
+    """Decode encoded image bytes to RGB uint8; BadInput naming ``where`` if corrupt or
+    (read from the header, before decoding) larger than the declared pixel limit."""
+    if len(data):
+        check_image_bytes(data, where)
     arr = np.frombuffer(data, dtype=np.uint8)
     img = cv2.imdecode(arr, cv2.IMREAD_COLOR) if arr.size else None
     if img is None:

@@ -117,7 +117,12 @@ def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, obje
 def cmd_detect(args) -> int:
     from aegisbench.detectors.runner import RunOptions, SubmissionInfo, check_output, run_detect, track_splits
 
+    from aegisbench.evaluation.intake import SUBMISSION_ID
+
     out = Path(args.out)
+    if not SUBMISSION_ID.fullmatch(out.name):  # validate and evaluate take the folder name as the id
+        raise BadInput("the folder name is the submission id: 1 to 64 ASCII letters, digits, '.', '_' or '-', "
+                       "starting with a letter or digit", where=str(out)[:200])
     run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers,
                      progress=not args.no_progress, overwrite=args.overwrite)
     info = SubmissionInfo(name=args.name or out.name, model=args.model or f"{args.detector}:{Path(args.weights).name}",

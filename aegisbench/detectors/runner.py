@@ -39,7 +39,8 @@ import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 
-from aegisbench.atomic import atomic_path, atomic_write_text, replace_dir, resumable_dir, staging_path
+from aegisbench.atomic import (atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir,
+                               resumable_dir, staging_path)
 from aegisbench.builders.manifest import require_verified
 from aegisbench.detectors.interface import WARP_INPUT, Detector
 from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards, warp_levels
@@ -163,6 +164,14 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     repo, out = Path(repo), Path(out)
     manifest = manifest or require_verified(repo)  # before anything is written
     plan = track_splits(manifest, track)
+    with output_lock(out):  # one writer of ``out``; what killed runs left (not the resumable parts) goes first
+        clean_leftovers(out)
+        return _run_locked(detector, repo, track, out, info, run, manifest, plan, executor, device, half)
+
+
+def _run_locked(detector: Detector, repo: Path, track: str, out: Path, info: SubmissionInfo, run: RunOptions,
+                manifest: dict, plan: dict, executor: Executor | None, device: str | None, half: bool | None) -> dict:
+    """:func:`run_detect` once it holds the lock of ``out``."""
     check_output(out, run.overwrite)
     if detector.options.classes is None:
         detector.map_classes(TRACK_LABELS[track])

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 
-from aegisbench.atomic import atomic_path, atomic_write_text, resumable_dir
+from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, resumable_dir
 from aegisbench.builders.manifest import require_verified
 from aegisbench.builders.source_table import decode_image
 from aegisbench.detectors.classes import classes_of_ids
@@ -116,6 +116,13 @@ def run_warp(detector: Detector, repo: str | Path, submission: str | Path, param
              *, variants_per_batch: int = 25, progress: bool = True, manifest: dict | None = None) -> dict:
     """Write ``warp_patch.parquet`` into an existing smoke submission folder."""
     repo, sub = Path(repo), Path(submission)
+    with output_lock(sub):  # one writer of the submission at a time (detect takes the same lock)
+        clean_leftovers(sub)
+        return _run_warp(detector, repo, sub, params, variants_per_batch, progress, manifest)
+
+
+def _run_warp(detector: Detector, repo: Path, sub: Path, params: WarpParams, variants_per_batch: int,
+              progress: bool, manifest: dict | None) -> dict:
     manifest = manifest or require_verified(repo)
     meta_path = sub / "submission.yaml"
     meta, record = _submission_meta(meta_path, manifest, detector)

@@ -96,10 +96,12 @@ def _int_column(table: pa.Table, name: str, fill: int) -> np.ndarray:
 
 
 def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
-    """Read one split's shards (GT columns only)."""
+    """Read one split's shards (GT columns only); a shard path must stay inside the repo
+    (:func:`~aegisbench.builders.manifest.repo_file`: relative, no ``..``, no symlink)."""
+    from aegisbench.builders.manifest import repo_file
     tables = []
     for shard in info["shards"]:
-        path = repo / shard["path"]
+        path = repo_file(repo, shard["path"])
         try:
             tables.append(pq.read_table(path, columns=GT_COLUMNS))
         except (OSError, pa.ArrowException) as exc:
@@ -130,7 +132,9 @@ def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
 class DatasetIndex:
     """A dataset repo's manifest plus lazily read ground truth.
 
-    ``verify=True`` re-hashes every file first (:func:`require_verified`)."""
+    ``verify=True`` re-hashes every file and checks every shard's content first
+    (:func:`require_verified`); either way the manifest is checked (fields, paths inside the
+    repo, every shard listed in ``files``: :func:`load_manifest`)."""
 
     def __init__(self, repo: str | Path, verify: bool = True):
         from aegisbench.builders.manifest import load_manifest, require_verified

@@ -16,6 +16,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aegisbench.atomic import clean_leftovers, output_lock
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.dataset import DatasetIndex
@@ -86,10 +87,14 @@ def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegi
                         verify: bool = True, progress: bool = False, executor: Executor | None = None) -> Path:
     """Validate (raising :class:`~aegisbench.evaluation.submission.SubmissionInvalid` with
     every problem, nothing written), score (sources on ``executor``) and write
-    ``results/<id>/``; returns the folder."""
+    ``results/<id>/``; returns the folder. Scoring and writing hold the lock of
+    ``results/<id>`` (a second evaluation of the id is refused, naming this PID); the old
+    results stay in place, whole, until the new ones are complete."""
     index = DatasetIndex(dataset, verify=verify)
     sub = validate_submission(submission, index, params.limits, params.warp_grid)
-    return write_results(evaluate(sub, index, params, progress=progress, executor=executor), results)
+    with output_lock(Path(results) / sub.id):
+        clean_leftovers(Path(results) / sub.id)
+        return write_results(evaluate(sub, index, params, progress=progress, executor=executor), results)
 
 
 __all__ = ["EvaluationParams", "evaluate", "evaluate_submission"]

@@ -5,8 +5,12 @@ Each prediction form (contract Parquet, COCO results JSON, YOLO txt) is parsed i
 :func:`check_rows` then reports, per row and field: unknown config / split / image,
 NaN or inf, ``x2 <= x1`` / ``y2 <= y1`` (in float32, as stored), boxes outside the
 frame beyond a tolerance, scores outside [0, 1], duplicate rows, and images with
-more detections than the cap.
+more detections than the cap. Every check is vectorized (linear in the rows, plus one
+sort for duplicates); user-supplied values are quoted with :func:`shown` (at most
+:data:`SHOWN_CHARS`) and every problem prints as one safe line (:func:`~aegisbench.errors.printable`).
 
+>>> shown("x" * 100)[-6:]
+'xxx...'
 >>> p = Problems()
 >>> p.add("predictions.parquet", 3, "x1", "null or not finite")
 >>> str(p.items[0])
@@ -21,7 +25,29 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from aegisbench.errors import printable
+
 BOX = ("x1", "y1", "x2", "y2")
+#: Longest quotation of a user-supplied value (an image id, a config name) in a message.
+SHOWN_CHARS = 80
+
+
+def repeat(value: object, n: int) -> np.ndarray:
+    """An object array of ``n`` references to ``value`` (``np.full`` would make ``n`` copies
+    of a string)."""
+    out = np.empty(n, object)
+    out.fill(value)
+    return out
+
+
+def clip(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (``...`` marks a cut)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)``, cut to ``limit`` characters."""
+    return clip(repr(value), limit)
 
 
 @dataclass(frozen=True, order=True)
@@ -42,7 +68,7 @@ class Problem:
                 loc += f" field {self.field}"
         elif self.field:
             loc += f": field {self.field}"
-        return f"{loc}: {self.message}"
+        return printable(f"{loc}: {self.message}")
 
 
 @dataclass
@@ -91,6 +117,7 @@ class RawRows:
     fields: dict[str, str] = field(default_factory=dict)  # our column -> name reported to the user
     reported: np.ndarray | None = None
     extra: np.ndarray | None = None  # extra grouping key (e.g. patch position) for duplicates / cap
+    codes: dict = field(default_factory=dict, repr=False)  # column -> (uniques, codes), see :meth:`code`
 
     def __post_init__(self) -> None:
         n = len(self.row)
@@ -99,13 +126,26 @@ class RawRows:
         for name in ("file", "config", "split", "image_id"):
             v = getattr(self, name)
             if np.ndim(v) == 0:
-                setattr(self, name, np.full(n, v, dtype=object))
+                setattr(self, name, repeat(v, n))
 
     def __len__(self) -> int:
         return len(self.row)
 
     def name(self, col: str) -> str:
         return self.fields.get(col, col)
+
+    def pairs(self) -> set[tuple[str, str]]:
+        """The ``(config, split)`` pairs of the rows whose parse did not fail."""
+        (cu, cc), (su, sc) = self.code("config"), self.code("split")
+        ok = ~self.reported
+        pair = np.unique(cc[ok] * (len(su) + 1) + sc[ok])
+        return {(cu[p // (len(su) + 1)], su[p % (len(su) + 1)]) for p in pair.tolist()}
+
+    def code(self, col: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(uniques, codes)`` of a string column (computed once; a parser may set them)."""
+        if col not in self.codes:
+            self.codes[col] = _codes(getattr(self, col))
+        return self.codes[col]
 
     @classmethod
     def concat(cls, parts: list[RawRows], unit: str, fields: dict[str, str]) -> RawRows:
@@ -146,7 +186,7 @@ def check_membership(raw: RawRows, frames: Frames, problems: Problems) -> np.nda
     ok = ~raw.reported
     codes = {}
     for col in ("config", "split", "image_id"):
-        uniq, code = codes[col] = _codes(getattr(raw, col))
+        uniq, code = codes[col] = raw.code(col)
         bad = ok & ((code < 0) | (uniq[code] == ""))
         problems.add_rows(raw.file, raw.row, raw.name(col), "empty or null", raw.unit, np.flatnonzero(bad))
         ok &= ~bad
@@ -158,16 +198,17 @@ def check_membership(raw: RawRows, frames: Frames, problems: Problems) -> np.nda
         sel = np.flatnonzero(ok & (pair == p))
         config, split = cu[cc[sel[0]]], su[sc[sel[0]]]
         if config not in frames.configs:
-            problems.add_rows(raw.file, raw.row, raw.name("config"), f"unknown config {config!r}", raw.unit, sel)
+            problems.add_rows(raw.file, raw.row, raw.name("config"), f"unknown config {shown(config)}", raw.unit, sel)
             continue
         track = frames.split_track.get((config, split))
         if track is None:
             problems.add_rows(raw.file, raw.row, raw.name("split"),
-                              f"config {config!r} has no split {split!r}", raw.unit, sel)
+                              f"config {shown(config)} has no split {shown(split)}", raw.unit, sel)
             continue
         if track != frames.track:
             problems.add_rows(raw.file, raw.row, raw.name("split"),
-                              f"split {split!r} belongs to track {track!r}, not {frames.track!r}", raw.unit, sel)
+                              f"split {shown(split)} belongs to track {track!r}, not {frames.track!r}", raw.unit,
+                              sel)
             continue
         sizes = frames.sizes[(config, split)]
         images, inverse = np.unique(ic[sel], return_inverse=True)
@@ -175,7 +216,7 @@ def check_membership(raw: RawRows, frames: Frames, problems: Problems) -> np.nda
         got = table[inverse.reshape(-1)]
         missing = np.isnan(got[:, 0])
         problems.add_rows(raw.file, raw.row, raw.name("image_id"),
-                          lambda i: f"image {raw.image_id[i]!r} is not in config {config!r} split {split!r}",
+                          lambda i: f"image {shown(raw.image_id[i])} is not in config {config!r} split {split!r}",
                           raw.unit, sel[missing])
         wh[sel] = got
     return wh
@@ -221,32 +262,43 @@ def check_values(raw: RawRows, wh: np.ndarray, problems: Problems, tolerance_px:
     return ok & ~bad_any & ~np.isnan(wh[:, 0])
 
 
+def _group_codes(cols: list[np.ndarray]) -> np.ndarray:
+    """One int64 code per distinct tuple of integer columns, ordered as the tuples are."""
+    key = np.zeros(len(cols[0]), np.int64)
+    for col in cols:
+        col = np.asarray(col, np.int64)
+        col = col - col.min()
+        key = np.unique(key * (int(col.max()) + 1) + col, return_inverse=True)[1].reshape(-1)
+    return key
+
+
 def check_duplicates_and_cap(raw: RawRows, valid: np.ndarray, problems: Problems, max_dets: int) -> None:
-    """Report exact duplicate rows (same image and values) and images over the cap."""
+    """Report exact duplicate rows (same image and values) and images over the cap
+    (one sort of the valid rows; every message is built in constant time)."""
     idx = np.flatnonzero(valid)
     if not len(idx):
         return
     extra = raw.extra[idx] if raw.extra is not None else np.zeros(len(idx), np.int64)
-    group = [_codes(getattr(raw, c)[idx])[1] for c in ("config", "split", "image_id")] + [np.asarray(extra)]
+    group = _group_codes([raw.code(c)[1][idx] for c in ("config", "split", "image_id")] + [np.asarray(extra)])
     values = [raw.xyxy[idx, j] for j in range(4)] + [raw.score[idx]]
-    order = np.lexsort((*values[::-1], *group[::-1]))  # stable: equal rows keep file order
-    same_group = np.ones(len(order) - 1, bool)
-    for col in group:
-        same_group &= col[order][1:] == col[order][:-1]
+    order = np.lexsort((*values[::-1], group))  # stable: equal rows keep file order
+    g = group[order]
+    same_group = g[1:] == g[:-1]
     same_row = same_group.copy()
     for col in values:
-        same_row &= col[order][1:] == col[order][:-1]
+        v = col[order]
+        same_row &= v[1:] == v[:-1]
     first = np.maximum.accumulate(np.where(np.r_[True, ~same_row], np.arange(len(order)), 0))
     dup = np.flatnonzero(np.r_[False, same_row])
-    rows = raw.row[idx]
-    problems.add_rows(raw.file[idx][order], rows[order], ",".join(dict.fromkeys(raw.name(c) for c in (*BOX, "score"))),
-                      lambda k: f"duplicate of {raw.unit} {rows[order][first[k]]}", raw.unit, dup)
+    rows, files = raw.row[idx][order], raw.file[idx][order]
+    problems.add_rows(files, rows, ",".join(dict.fromkeys(raw.name(c) for c in (*BOX, "score"))),
+                      lambda k: f"duplicate of {raw.unit} {rows[first[k]]}", raw.unit, dup)
     starts = np.flatnonzero(np.r_[True, ~same_group])
     sizes = np.diff(np.r_[starts, len(order)])
     for start, size in zip(starts[sizes > max_dets], sizes[sizes > max_dets]):
-        k = np.sort(order[start:start + size])[max_dets]
-        problems.add(raw.file[idx][k], raw.row[idx][k], raw.name("image_id"),
-                     f"image {raw.image_id[idx][k]!r} has {size} detections, more than the cap of {max_dets}",
+        k = idx[np.sort(order[start:start + size])[max_dets]]
+        problems.add(raw.file[k], raw.row[k], raw.name("image_id"),
+                     f"image {shown(raw.image_id[k])} has {size} detections, more than the cap of {max_dets}",
                      raw.unit)
 
 

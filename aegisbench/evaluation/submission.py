@@ -17,8 +17,11 @@ Every ``(config, split)`` of the track must have predictions, including the clea
 ``<source>_val`` splits; a model that found nothing in a split says so with
 ``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
 Nothing is ever unpickled: YAML is read with ``safe_load``, Parquet with pyarrow
-(no pandas metadata), JSON with :mod:`json`. A ``threshold`` in ``submission.yaml``
-or a threshold column is refused: the evaluator freezes the threshold itself.
+(no pandas metadata), JSON with :mod:`json`. A threshold-like key anywhere in
+``submission.yaml`` or a threshold column is refused: the evaluator freezes the threshold
+itself. The folder and what it holds are confined first (:mod:`aegisbench.evaluation.intake`:
+a real folder named by a valid id, regular files only), and every read stays within the
+declared limits of :mod:`aegisbench.readers`.
 
 >>> limits = ValidationLimits(max_dets_per_image=300)
 >>> limits.frame_tolerance_px
@@ -32,16 +35,17 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from aegisbench.errors import BadInput
 from aegisbench.fields import Range, check_fields
 from aegisbench.evaluation.dataset import DatasetIndex
-from aegisbench.evaluation.formats import YOLO_FIELDS, parse_coco, parse_parquet, parse_yolo_file, read_coco_table
-from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows
+from aegisbench.evaluation.formats import (YOLO_FIELDS, check_labels, parse_coco, parse_parquet, parse_yolo_file,
+                                           read_coco_table)
+from aegisbench.evaluation.intake import submission_files, submission_id, threshold_key_paths
+from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
-from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, THRESHOLD_KEYS, TRACK_LABELS, TRACKS, WARP_GRID, WARP_PATCH
+from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_YOLO_FILE_BYTES, load_yaml
+from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, TRACKS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
 
@@ -122,14 +126,17 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
         problems.add(where, None, None, f"file is larger than {META_MAX_BYTES} bytes")
         return None
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raw = load_yaml(path.read_text(encoding="utf-8"), where)
+    except UnicodeDecodeError as exc:
         problems.add(where, None, None, f"malformed YAML: {exc}")
+        return None
+    except BadInput as exc:
+        problems.add(where, None, None, exc.message)
         return None
     if not isinstance(raw, dict):
         problems.add(where, None, None, "must be a mapping of fields")
         return None
-    for key in sorted(set(map(str, raw)) & THRESHOLD_KEYS):
+    for key in threshold_key_paths(raw):
         problems.add(where, None, key, "thresholds cannot be set by a submission: the evaluator freezes one "
                      "threshold per source on the clean _val predictions (maximum F1) and applies it to every "
                      "condition; remove this field")
@@ -144,14 +151,14 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
             vals[key] = str(v).strip()
     track = vals.get("track")
     if track is not None and track not in TRACKS:
-        problems.add(where, None, "track", f"unknown track {track!r} (expected one of {list(TRACKS)})")
+        problems.add(where, None, "track", f"unknown track {shown(track)} (expected one of {list(TRACKS)})")
         return None
     if "dataset_digest" in vals and vals["dataset_digest"] != index.digest:
-        problems.add(where, None, "dataset_digest", f"{vals['dataset_digest']!r} does not match the dataset's "
+        problems.add(where, None, "dataset_digest", f"{shown(vals['dataset_digest'])} does not match the dataset's "
                      f"manifest digest {index.digest!r}: the predictions were made on another dataset build")
     if "dataset_version" in vals and vals["dataset_version"] != index.version:
         problems.add(where, None, "dataset_version",
-                     f"{vals['dataset_version']!r} does not match the dataset version {index.version!r}")
+                     f"{shown(vals['dataset_version'])} does not match the dataset version {index.version!r}")
     nd = raw.get("no_detections") or []
     if isinstance(nd, str) or not isinstance(nd, list) or not all(isinstance(x, str) for x in nd):
         problems.add(where, None, "no_detections", "must be a list of 'config' or 'config/split' strings")
@@ -170,7 +177,7 @@ def declared_empty(meta: SubmissionMeta, keys: list[tuple[str, str]], where: str
         config, _, split = item.partition("/")
         hit = {(c, s) for c, s in keys if c == config and (not split or s == split)}
         if not hit:
-            problems.add(where, None, "no_detections", f"entry {i} {item!r} names no config/split of track "
+            problems.add(where, None, "no_detections", f"entry {i} {shown(item)} names no config/split of track "
                          f"{meta.track!r}")
         out |= hit
     return out
@@ -211,11 +218,10 @@ def detect_form(folder: Path, problems: Problems) -> str | None:
     return None
 
 
-def _size_ok(path: Path, limits: ValidationLimits, problems: Problems) -> bool:
-    size = path.stat().st_size
-    if size > limits.max_file_bytes:
-        problems.add(str(path), None, None, f"file is {size} bytes, larger than the limit of "
-                     f"{limits.max_file_bytes} bytes")
+def _size_ok(path: Path, limits: ValidationLimits, problems: Problems, cap: int | None = None) -> bool:
+    size, limit = path.stat().st_size, min(limits.max_file_bytes, cap or limits.max_file_bytes)
+    if size > limit:
+        problems.add(str(path), None, None, f"file is {size} bytes, larger than the limit of {limit} bytes")
         return False
     return True
 
@@ -241,7 +247,7 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
             if not ids:
                 problems.add(str(path), None, None, f"no config {config!r} with detection splits in the dataset")
                 continue
-            if _size_ok(path, limits, problems):
+            if _size_ok(path, limits, problems, MAX_COCO_FILE_BYTES):
                 out.append(parse_coco(path, config, ids, problems))
         return out
     parts = []
@@ -261,36 +267,9 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
             for path in sorted(sdir.iterdir()):
                 if path.suffix != ".txt" or path.stem not in sizes:
                     problems.add(str(path), None, None, f"not <image_id>.txt of an image in {key[0]}/{key[1]}")
-                elif _size_ok(path, limits, problems):
+                elif _size_ok(path, limits, problems, MAX_YOLO_FILE_BYTES):
                     parts.append(parse_yolo_file(path, key[0], key[1], sizes[path.stem], problems))
     return [RawRows.concat(parts, "line", YOLO_FIELDS)] if parts else []
-
-
-def check_labels(path: Path, track: str, problems: Problems) -> None:
-    """One problem when the ``label`` column of a Parquet submission holds anything but
-    ``track``'s label (nulls are no label): the first such row, the labels found, the count."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    label = TRACK_LABELS.get(track)
-    try:
-        schema = pq.read_schema(path)
-        if label is None or "label" not in schema.names or pa.types.is_null(schema.field("label").type):
-            return
-        col = pq.read_table(path, columns=["label"]).column("label")
-    except (OSError, pa.ArrowException):
-        return  # reported by the schema checks
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return  # reported by the schema checks
-    bad = np.flatnonzero(np.asarray(pc.fill_null(pc.not_equal(col, label), False), dtype=bool))
-    if len(bad):
-        found = sorted(set(pc.unique(col.take(pa.array(bad))).to_pylist()))
-        shown = ", ".join(repr(v) for v in found[:10]) + (f" and {len(found) - 10} more" if len(found) > 10 else "")
-        problems.add(str(path), int(bad[0]), "label", f"label {col[int(bad[0])].as_py()!r} is not the {track} "
-                     f"track's label {label!r} (or null); {len(bad)} row(s) hold other labels ({shown}): map the "
-                     "model's classes to the target with aegisbench detect --classes and drop the others")
 
 
 def _load_predictions(folder: Path, form: str, index: DatasetIndex, frames: Frames) -> PredictionTable:
@@ -311,6 +290,17 @@ def _load_predictions(folder: Path, form: str, index: DatasetIndex, frames: Fram
     return PredictionTable(merged)
 
 
+def _check_files(folder: Path, form: str, index: DatasetIndex, frames: Frames, limits: ValidationLimits,
+                 problems: Problems) -> set[tuple[str, str]]:
+    """Row checks of every prediction file; the (config, split) pairs they cover (rows
+    with bad values still show that the split was predicted: no double report)."""
+    covered: set[tuple[str, str]] = set()
+    for raw in _collect_rows(folder, form, index, frames, limits, problems):
+        check_rows(raw, frames, problems, tolerance_px=limits.frame_tolerance_px, max_dets=limits.max_dets_per_image)
+        covered |= raw.pairs()
+    return covered
+
+
 def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: DatasetIndex, limits: ValidationLimits,
                                warp_grid: int, problems: Problems) -> tuple[str | None, PredictionTable | None, dict]:
     """The detection tracks' ``Track.read``: every prediction file of the folder checked
@@ -323,12 +313,8 @@ def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: Datase
     frames = _frames(index, meta.track)
     empty = declared_empty(meta, keys, str(folder / META_FILE), problems)
     form = detect_form(folder, problems)
-    covered: set[tuple[str, str]] = set()
     before = problems.file_level
-    for raw in _collect_rows(folder, form, index, frames, limits, problems) if form else []:
-        # rows with bad values still show that the split was predicted (no double report)
-        check_rows(raw, frames, problems, tolerance_px=limits.frame_tolerance_px, max_dets=limits.max_dets_per_image)
-        covered |= set(zip(raw.config[~raw.reported], raw.split[~raw.reported]))
+    covered = _check_files(folder, form, index, frames, limits, problems) if form else set()
     if form and problems.file_level == before:  # coverage is only meaningful when every file was read
         _check_coverage(folder, form, keys, covered, empty, problems)
     patch = None
@@ -369,21 +355,17 @@ def validate_submission(folder: str | Path, index: DatasetIndex, limits: Validat
     loaded submission."""
     from aegisbench.evaluation.tracks import get_track
     folder = Path(folder)
-    if not folder.is_dir():
-        raise BadInput("submission folder not found", where=str(folder))
+    sid = submission_id(folder)  # a real folder with a valid id, reached through no link
     problems = Problems()
-    entries = sorted(folder.rglob("*"))
-    for p in entries:  # nothing is read through a link
-        if p.is_symlink():
-            problems.add(str(p), None, None, "symbolic links are not accepted in a submission")
+    entries = submission_files(folder, problems)  # regular files only: nothing read through a link
     if problems:
         raise SubmissionInvalid(problems)
     meta = read_meta(folder, index, problems)
     if meta is None:
         raise SubmissionInvalid(problems)
-    files = {p.relative_to(folder).as_posix(): file_sha256(p) for p in entries if p.is_file()}
+    files = {p.relative_to(folder).as_posix(): file_sha256(p) for p in entries}
     form, predictions, extras = get_track(meta.track).read(folder, meta, index, limits, warp_grid, problems)
     if problems:
         raise SubmissionInvalid(problems)
-    return ValidatedSubmission(folder, folder.resolve().name, meta, form, predictions, files,
+    return ValidatedSubmission(folder, sid, meta, form, predictions, files,
                                extras.get(WARP_PATCH))

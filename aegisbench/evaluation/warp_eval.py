@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 from aegisbench.fields import is_int
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.formats import number_column, read_parquet_checked
-from aegisbench.evaluation.rows import BOX, Frames, Problems, RawRows, check_rows
+from aegisbench.evaluation.rows import BOX, Frames, Problems, RawRows, check_rows, repeat
 from aegisbench.metrics import (deception_counts, deception_heatmap, flip_probabilities, gamma_count_table,
                                 gamma_rates)
 from aegisbench.vocab import CLEAN, SMOKE, WARP_GRID, WARP_PATCH
@@ -123,7 +123,7 @@ def read_patch_predictions(path: Path, index: DatasetIndex, limits, problems: Pr
         return None
     where = str(path)
     n = table.num_rows
-    files = np.full(n, where, object)
+    files = repeat(where, n)
     rows = np.arange(n)
     ints = {}
     for col in INT_COLUMNS:
@@ -157,7 +157,7 @@ def read_patch_predictions(path: Path, index: DatasetIndex, limits, problems: Pr
                       "warp_patch.images in submission.yaml", "row", np.flatnonzero(unlisted))
     wh = np.array([known.get((s, i), (np.nan, np.nan)) for s, i in zip(split, image_id)], np.float64).reshape(n, 2)
     xyxy = np.stack([number_column(table, c) for c in BOX], axis=1) if n else np.zeros((0, 4))
-    raw = RawRows(files, rows, np.full(n, CLEAN, object), split, image_id, xyxy, number_column(table, "score"),
+    raw = RawRows(files, rows, repeat(CLEAN, n), split, image_id, xyxy, number_column(table, "score"),
                   extra=pos, reported=unknown | unlisted | bad_pos)
     valid = check_rows(raw, Frames({}, set(), {}, SMOKE), problems, tolerance_px=limits.frame_tolerance_px,
                        max_dets=limits.max_dets_per_image, membership=False, wh=wh)

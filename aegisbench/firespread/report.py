@@ -32,6 +32,7 @@ from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.firespread.scoring import VAR_EDGES
 from aegisbench.firespread.track import STRATA_FILE
+from aegisbench.leaderboard.markdown import md_code, md_escape
 from aegisbench.metrics import label, selection
 from aegisbench.vocab import FIRESPREAD
 
@@ -207,10 +208,10 @@ def render_markdown(report: FirespreadReport) -> str:
               "The ECE floor is the ECE of the statistic against as many realizations of its own ensemble: "
               "an ECE inside the floor's range is finite-sample noise, not miscalibration.", ""]
     for view in table_views(report):
-        lines += [f"### {view['submission']}", "", "| Var[Z_t] stratum | pixels | " + " | ".join(view["labels"]) + " |",
+        lines += [f"### {md_code(view['submission'])}", "", "| Var[Z_t] stratum | pixels | " + " | ".join(view["labels"]) + " |",
                   "|---|---:|" + "---:|" * len(view["labels"])]
         for r in view["rows"]:
-            lines.append(f"| {r['stratum']} | {'' if r['n'] is None else r['n']} | " + " | ".join(r["cells"]) + " |")
+            lines.append(f"| {md_escape(r['stratum'])} | {'' if r['n'] is None else r['n']} | " + " | ".join(r["cells"]) + " |")
         lines.append("")
     return "\n".join(lines) + "\n"
 

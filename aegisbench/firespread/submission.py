@@ -114,6 +114,9 @@ def forecasts_from_table(table: pa.Table, where: str, shape: tuple[int, int],
                          expected: Iterable[Key] | None = None) -> dict[Key, np.ndarray]:
     """The validation of :func:`read_forecasts` on an in-memory table (``where`` names it)."""
     names = set(table.column_names)
+    dup = sorted({c for c in table.column_names if table.column_names.count(c) > 1})
+    if dup:
+        raise BadInput(f"duplicate column names {dup[:5]}", where=where)
     for col in (*KEY_COLUMNS, "probability"):
         if col not in names:
             raise BadInput(f"missing column {col!r}", where=where)

@@ -1,8 +1,10 @@
 """``aegisbench leaderboard``: results/ -> leaderboard/ (Parquet, Markdown, static site).
 
 The output folder is rebuilt in a staging sibling and swapped in whole, so a build is
-idempotent and a reader never sees a half-written leaderboard. Outputs carry no
-timestamps and are written in sorted order: the same results give the same bytes.
+idempotent and a reader never sees a half-written leaderboard; one build at a time holds
+the lock of ``out`` (a second is refused, naming the first's PID) and clears what killed
+builds left. Outputs carry no timestamps and are written in sorted order: the same results
+give the same bytes.
 
 Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
 (family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md`` and
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import polars as pl
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, clean_leftovers, output_lock, staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
@@ -83,17 +85,19 @@ def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
 
 def _firespread_report(board: Board, results: str | Path, dataset: str | Path):
     """The fire-spread report of the merged fire-spread results that carry pooled strata,
-    when the dataset holds the statistic (None otherwise)."""
-    from aegisbench.builders.manifest import load_manifest
+    when the dataset holds the statistic (None otherwise); the dataset repo it reads must
+    pass verify."""
+    from aegisbench.builders.manifest import MANIFEST, require_verified
     from aegisbench.firespread.report import STRATA_FILE, build_report
     from aegisbench.firespread.truth import STATISTIC_CONFIG
     subs = sorted(s for s, prov in board.provenance.items() if prov.get("track") == FIRESPREAD)
     if not subs:
         return None
-    manifest = load_manifest(dataset)
-    if STATISTIC_CONFIG not in manifest.get("configs", {}):
+    declared = json.loads((Path(dataset) / MANIFEST).read_text(encoding="utf-8"))  # read (and checked) for the digest
+    if STATISTIC_CONFIG not in (declared.get("configs") or {}):
         log.warning("fire-spread results but no %s in %s: no fire-spread report", STATISTIC_CONFIG, dataset)
         return None
+    manifest = require_verified(dataset)  # the statistic is read from the shards: verified first
     with_strata = [s for s in subs if (Path(results) / s / STRATA_FILE).is_file()]
     for s in sorted(set(subs) - set(with_strata)):
         log.warning("%s: no %s (evaluated before pooled strata existed): not in the F2R-vs-F2S table", s, STRATA_FILE)
@@ -121,6 +125,15 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
     """
     refs = _references(references)
     check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
+    out = Path(out)
+    with output_lock(out):
+        for path in (out, metrics, plots):
+            if path is not None:
+                clean_leftovers(path)
+        return _build(results, dataset, out, evaluator_version, refs, metrics, plots)
+
+
+def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect)
@@ -129,7 +142,6 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
     firespread = _firespread_report(board, results, dataset)
-    out = Path(out)
     with staged_dir(out) as staging:
         files = write_board(board, staging, firespread)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))

@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", default=None, metavar="DIR",
                    help="also rebuild DIR with severity curves for `dvc plots show` (template `severity`): "
                         "one CSV per track, source and corruption, columns model,severity,value,lo,hi")
-    p.add_argument("--strict", action="store_true", help="exit 2 if any results folder was skipped")
+    p.add_argument("--strict", action="store_true",
+                   help="exit 2 if any results folder was skipped or a --reference has no merged results")
     p.set_defaults(func=cmd_leaderboard)
 
 
@@ -41,11 +42,15 @@ def cmd_leaderboard(args) -> int:
                                references=args.reference, metrics=args.metrics, plots=args.plots)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
-    # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard
+    # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;
+    # under --strict each is also an error line (a reference missing from the board fails the stage)
+    if args.strict:
+        for ref in report.missing_references:
+            print(f"missing reference {ref}: no merged results/{ref}", file=sys.stderr)
     print(f"leaderboard {report.out}: {len(report.merged)} results merged, {len(report.skipped)} skipped; "
           f"open {report.out}/site/index.html")
     if report.metrics is not None:
         print(f"metrics {report.metrics} (dvc metrics show)")
     if args.plots is not None:
         print(f"severity curves {args.plots}: {len(report.plots)} CSV file(s) (dvc plots show)")
-    return 2 if args.strict and report.skipped else 0
+    return 2 if args.strict and (report.skipped or report.missing_references) else 0

@@ -1,12 +1,15 @@
 """``leaderboard/README.md``: per track and source, every condition with its interval.
 
-Submitter text is HTML-escaped and Markdown-escaped, so a model named
-``<script>`` stays text on any Markdown renderer.
+Every text that comes from a submission or a results folder (names, teams, ids, sources,
+families, notes, labels of unregistered metrics) is HTML-escaped and Markdown-escaped, or
+set in a code span no text can close (a fence longer than any backtick run in it); newlines
+are flattened and pipes escaped, so a model named ``<script>`` or a folder whose name holds
+double backticks and an ``<img onerror=...>`` stays text on any Markdown renderer.
 
 >>> md_escape("<b>a|b</b>")
 '&lt;b&gt;a\\\\|b&lt;/b&gt;'
->>> md_code("low_light_s3")
-'`low_light_s3`'
+>>> md_code("low_light_s3"), md_code("a``b")
+('`low_light_s3`', '``` a``b ```')
 """
 
 from __future__ import annotations
@@ -37,11 +40,19 @@ def md_escape(text: str) -> str:
 
 
 def md_code(text: str) -> str:
-    """A code span: its content is literal in Markdown, so only pipes and backticks need care."""
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    fence = "``" if "`" in text else "`"
-    pad = " " if fence == "``" else ""
+    """A code span its content cannot close: the fence is one backtick longer than the
+    longest run in the text (padded with spaces when the text holds one); whitespace is
+    flattened and every pipe escaped for the table parser (which pairs backslashes first)."""
+    text = " ".join(str(text).split())
+    text = re.sub(r"(\\*)\|", lambda m: m.group(1) + "\\" * (len(m.group(1)) % 2) + "\\|", text)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence, pad = "`" * (longest + 1), " " if longest else ""
     return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _label(metric: str, track: str | None = None) -> str:
+    """The metric's display label, escaped (an unregistered metric shows its own name)."""
+    return md_escape(label(metric, track))
 
 
 def _row(cells: list[str]) -> str:
@@ -68,7 +79,8 @@ def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
     c = section.cell(sub, config, metric)
     if c is None:
         return "—"
-    text = fmt_value(metric, c["value"], c.get("note"))
+    note = c.get("note")
+    text = fmt_value(metric, c["value"], md_escape(note) if note else note)
     ci = fmt_interval(metric, c["lo"], c["hi"])
     if is_collapse(metric, c["value"], c["lo"], c["hi"]):
         text = f"**{text}** {ci} {COLLAPSE}"
@@ -93,14 +105,14 @@ def _section(board: Board, section: Section) -> list[str]:
                      _thr(m.threshold), clean, floor])
     order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
              else "alphabetical")
-    out += [f"Models ({order}; there is no overall rank). Clean and floor are {label(main, section.track)}.", ""]
-    out += _table(["model", "team", "submission", "frozen threshold", f"clean {label(main, section.track)}",
-                   f"floor: worst {label(main, section.track)} (where)"], rows)
+    out += [f"Models ({order}; there is no overall rank). Clean and floor are {_label(main, section.track)}.", ""]
+    out += _table(["model", "team", "submission", "frozen threshold", f"clean {_label(main, section.track)}",
+                   f"floor: worst {_label(main, section.track)} (where)"], rows)
     out.append("")
     heads = ["condition", "family", "sev."] + [
         f"{_name(m)} (τ {_thr(m.threshold)})" for m in section.models]
     for metric in [m for m in MARKDOWN_METRICS.get(section.track, DETECTION_MARKDOWN) if m in section.metrics]:
-        out += [f"### {label(metric, section.track)} per condition", ""]
+        out += [f"### {_label(metric, section.track)} per condition", ""]
         body = [[md_code(c["config"]), md_escape(c["family"] or ""),
                  str(c["severity"])] + [_cell_text(section, m.submission, c["config"], metric)
                                         for m in section.models] for c in section.conditions]
@@ -122,12 +134,18 @@ def _strata(board: Board, section: Section) -> list[str]:
            "model's frozen threshold τ, with its own 95% bootstrap interval over them; the cells above pool "
            "every image.", ""]
     for t in tables:
-        out += [f"#### {label(t['metric'], section.track)} by stratum: {_name(t['model'])}", ""]
-        body = [[md_code(r["stratum"]), r["images"], *(c["text"].replace("|", "\\|") for c in r["cells"])]
+        out += [f"#### {_label(t['metric'], section.track)} by stratum: {_name(t['model'])}", ""]
+        body = [[md_code(r["stratum"]), r["images"], *(_strata_cell(c) for c in r["cells"])]
                 for r in t["rows"]]
         out += _table(["stratum", "images", *(md_code(c["config"]) for c in t["conditions"])], body,
                       ["---", "--:"] + ["--:"] * len(t["conditions"])) + [""]
     return out
+
+
+def _strata_cell(c: dict) -> str:
+    """One strata cell: the value (a null one with its escaped note) and its interval."""
+    note = f" ({md_escape(c['note'])})" if c.get("note") else ""
+    return f"{c['base']}{note} {c['ci']}".strip() if "base" in c else c["text"]
 
 
 WARP_PATCH_METRICS = selection("alpha", "beta", "gamma")
@@ -148,12 +166,12 @@ def _warp(section: Section) -> list[str]:
                 "tables: **lower is better** (negative: the noise raised mAP).", ""]
         body = [[md_code(c["config"])] + [_cell_text(section, m.submission, c["config"], "warp_map_loss")
                                           for m in section.models] for c in noise]
-        out += _table(["noise level", *(f"{n}: {label('warp_map_loss')}" for n in names)], body,
+        out += _table(["noise level", *(f"{n}: {_label('warp_map_loss')}" for n in names)], body,
                       ["---"] + ["--:"] * len(names)) + [""]
     if patch:
         out += [f"Cloud-patch deception test ({WARP_GRID * WARP_GRID} positions per smoke-positive image at "
                 "the default grid): lower is better for all three.", ""]
-        body = [[label(metric)] + [_cell_text(section, m.submission, WARP_PATCH, metric) for m in section.models]
+        body = [[_label(metric)] + [_cell_text(section, m.submission, WARP_PATCH, metric) for m in section.models]
                 for metric in WARP_PATCH_METRICS]
         out += _table(["rate", *names], body, ["---"] + ["--:"] * len(names)) + [""]
     return out
@@ -164,10 +182,10 @@ def _families(board: Board, section: Section, metric: str) -> list[str]:
     if not cells:
         return []
     fams = sorted({(k[1], k[2]) for k in cells if k[2] is not None}, key=lambda fs: (family_rank(fs[0]), fs))
-    out = [f"### Per-family summary of {label(metric, section.track)} (beside, not instead of, the cells above)", "",
+    out = [f"### Per-family summary of {_label(metric, section.track)} (beside, not instead of, the cells above)", "",
            "Each cell is the mean over the family's corruptions at that severity, with the range "
            "(min–max) across them; the number of conditions it covers is in the header.", ""]
-    heads = ["model"] + [f"{fam} s{sev} ({cells_n(cells, fam, sev)})" for fam, sev in fams]
+    heads = ["model"] + [f"{md_escape(fam)} s{sev} ({cells_n(cells, fam, sev)})" for fam, sev in fams]
     body = []
     for m in section.models:
         row = [_name(m)]
@@ -187,7 +205,7 @@ def _ranks(board: Board, section: Section, metric: str) -> list[str]:
     ranked = rank_groups(board, section, metric)
     if not ranked:
         return []
-    out = [f"### Order within each condition ({label(metric, section.track)})", "",
+    out = [f"### Order within each condition ({_label(metric, section.track)})", "",
            "Models whose intervals overlap are one tied group `{…}`; `>` separates groups "
            "whose intervals are disjoint. Ranks are never combined across conditions.", ""]
     body = []
@@ -206,7 +224,7 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
     secs = sections(board)
     out = ["# AegisBench leaderboard", "",
            f"Built by `aegisbench leaderboard` from {len(board.provenance)} results folder(s), "
-           f"dataset digest `{board.expect.dataset_digest}`, evaluator version "
+           f"dataset digest {md_code(board.expect.dataset_digest)}, evaluator version "
            f"{md_code(board.expect.evaluator_version)}. Open `site/index.html` for heat maps, "
            "severity curves and one page per model.", "",
            "Every number is one condition of one model with its 95% bootstrap interval `[lo, hi]`; "

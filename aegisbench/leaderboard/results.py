@@ -5,6 +5,10 @@ config x metric) and ``provenance.json``. A folder is *malformed* when either fi
 is missing or unreadable, a column is missing or has the wrong type, or the rows
 contradict the provenance; it is *stale* when it was scored on another dataset
 digest or by another evaluator version. Both are reported and skipped, never merged.
+A folder that cannot be read at all (an I/O error, a broken link, absent after an
+interrupted publication that cannot be put back) stops the leaderboard
+(:class:`UnreadableResult`): a result is never silently left out. Each folder's files
+are read from one published version of it, even while a writer swaps in a new one.
 
 >>> Expectation(dataset_digest="ab" * 32, evaluator_version="0.1.0").evaluator_version
 '0.1.0'
@@ -12,14 +16,20 @@ digest or by another evaluator version. Both are reported and skipped, never mer
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
+import re
+import stat
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
+from aegisbench.atomic import recover_dir
 from aegisbench.fields import is_finite_number
 from aegisbench.corruptions import corruption_families
 from aegisbench.errors import BadInput
@@ -49,6 +59,7 @@ METRICS_COLUMNS = {
 OPTIONAL_COLUMNS = {"t": ("int", True), "stratum": ("str", True), "note": ("str", True)}
 PROVENANCE_STRINGS = ("submission", "name", "team", "model", "track", "dataset_version",
                       "dataset_digest", "evaluator_version")
+_INTERRUPTED = re.compile(r"\.(.+)\.old-\d+")  # the old copy of a two-rename swap (aegisbench.atomic)
 _POLARS = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
 
 
@@ -179,20 +190,70 @@ def check_provenance(obj, where: str) -> dict:
     return obj
 
 
+class UnreadableResult(BadInput):
+    """A results folder that exists but cannot be read (I/O error, broken link, a swap
+    that never settles): the leaderboard stops instead of leaving it out."""
+
+
+def _read_at(dfd: int, name: str, folder: Path) -> bytes | None:
+    """The bytes of regular file ``name`` in the open folder ``dfd`` (None: absent)."""
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UnreadableResult(f"cannot open {name} ({exc.strerror})", where=str(folder)) from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            return None
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise UnreadableResult(f"cannot read {name} ({exc.strerror})", where=str(folder)) from None
+
+
+def snapshot(folder: str | Path, names) -> dict[str, bytes | None]:
+    """The bytes of ``names`` in ``folder`` (None: absent), all of one published version:
+    read through one folder handle, again when the folder was swapped meanwhile."""
+    folder = Path(folder)
+    for attempt in range(20):
+        try:
+            dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            data, dfd = None, None
+        except OSError as exc:
+            raise UnreadableResult(f"cannot open the folder ({exc.strerror})", where=str(folder)) from None
+        if dfd is not None:
+            try:
+                data = {name: _read_at(dfd, name, folder) for name in names}
+                same = os.path.samestat(os.fstat(dfd), os.stat(folder))
+            except FileNotFoundError:
+                same = False
+            finally:
+                os.close(dfd)
+            if same:
+                return data
+        time.sleep(0.05 * (attempt + 1))
+    raise UnreadableResult("kept changing or vanished while being read (a writer is publishing it?)",
+                           where=str(folder))
+
+
 def read_entry(folder: str | Path) -> ResultEntry:
-    """Read and check one results folder; raise BadInput if it is malformed."""
+    """Read and check one results folder (all files from one published version of it);
+    raise BadInput if it is malformed, :class:`UnreadableResult` if it cannot be read."""
     folder = Path(folder)
     mpath, ppath = folder / METRICS_FILE, folder / PROVENANCE_FILE
+    files = snapshot(folder, (METRICS_FILE, PROVENANCE_FILE, *ATTACHMENTS))
     for path in (mpath, ppath):
-        if not path.is_file():
+        if files[path.name] is None:
             raise BadInput(f"missing {path.name}", where=str(folder))
     try:
-        prov = json.loads(ppath.read_text(encoding="utf-8"))
+        prov = json.loads(files[PROVENANCE_FILE].decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadInput(f"unreadable JSON ({exc})", where=str(ppath)) from None
     prov = check_provenance(prov, str(ppath))
     try:
-        df = pl.read_parquet(mpath)
+        df = pl.read_parquet(io.BytesIO(files[METRICS_FILE]))
     except Exception as exc:  # any reader failure means the file is not usable Parquet
         raise BadInput(f"unreadable Parquet ({type(exc).__name__}: {exc})", where=str(mpath)) from None
     df = check_metrics(df, str(mpath))
@@ -208,7 +269,7 @@ def read_entry(folder: str | Path) -> ResultEntry:
         if other:
             raise BadInput(f"column {col!r} has {other[0]!r}, provenance says {prov[col]!r}",
                            where=str(mpath))
-    attachments = {name: (folder / name).read_bytes() for name in ATTACHMENTS if (folder / name).is_file()}
+    attachments = {name: files[name] for name in ATTACHMENTS if files[name] is not None}
     return ResultEntry(folder=folder.name, provenance=prov, metrics=df, attachments=attachments)
 
 
@@ -224,16 +285,40 @@ def staleness(entry: ResultEntry, expect: Expectation) -> str | None:
     return None
 
 
+def result_folders(root: Path) -> list[Path]:
+    """The results folders under ``root`` (sorted). A folder absent after an interrupted
+    publication is put back first; one a live writer is swapping, or a broken link, is an
+    error: a result is never left out because it is missing."""
+    for name in sorted(os.listdir(root)):
+        interrupted = _INTERRUPTED.fullmatch(name)
+        folder = root / interrupted.group(1) if interrupted else None
+        if folder is not None and not os.path.lexists(folder) and not recover_dir(folder):
+            raise UnreadableResult(f"absent after an interrupted publication; its last version is in {name}",
+                                   where=str(folder))  # (recover_dir: BadInput naming a live writer's PID)
+    folders = []
+    for p in sorted(root.iterdir()):
+        if p.name.startswith("."):
+            continue
+        if p.is_symlink() and not p.exists():
+            raise UnreadableResult("broken link: the results folder it names does not exist", where=str(p))
+        if p.is_dir():
+            folders.append(p)
+    return folders
+
+
 def collect_results(results_dir: str | Path, expect: Expectation
                     ) -> tuple[list[ResultEntry], list[Skipped]]:
-    """Every current, well-formed results folder, plus the ones skipped (sorted by name)."""
+    """Every current, well-formed results folder, plus the ones skipped (sorted by name);
+    an unreadable or missing one raises :class:`UnreadableResult` (never left out)."""
     root = Path(results_dir)
     if not root.is_dir():
         raise BadInput("results folder not found", where=str(root))
     entries, skipped = [], []
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+    for folder in result_folders(root):
         try:
             entry = read_entry(folder)
+        except UnreadableResult:
+            raise
         except BadInput as exc:
             reason = _relative_reason(exc, folder)
             skipped.append(Skipped(folder.name, "malformed", reason))

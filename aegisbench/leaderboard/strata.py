@@ -45,10 +45,11 @@ def strata_rows(board: Board, section: Section) -> pl.DataFrame:
 def _cell(metric: str, r: dict | None) -> dict:
     if r is None:
         return {"text": "—", "value": "—", "ci": ""}
-    note = r.get("note")
-    value = fmt_value(metric, r["value"]) + (f" ({note})" if r["value"] is None and note else "")
+    note = r.get("note") if r["value"] is None else None
+    base = fmt_value(metric, r["value"])
+    value = base + (f" ({note})" if note else "")
     ci = fmt_interval(metric, r["lo"], r["hi"])
-    return {"text": f"{value} {ci}".strip(), "value": value, "ci": ci}
+    return {"text": f"{value} {ci}".strip(), "value": value, "ci": ci, "base": base, "note": note}
 
 
 def strata_tables(board: Board, section: Section) -> list[dict]:

@@ -1,0 +1,145 @@
+"""The content half of ``verify``: every shard's rows and the card against the manifest.
+
+:func:`check_content` recomputes every intact shard's facts from its decoded rows
+(:func:`~aegisbench.builders.shard_content.shard_facts`) and compares rows, content hash and
+per-image pixel hashes with the shard's manifest entry; it also recomputes the dataset digest
+from the recomputed content hashes (:func:`~aegisbench.builders.manifest.dataset_digest`,
+unchanged). :func:`check_card` re-renders the card (:func:`~aegisbench.builders.card.card_problems`).
+Problems go to ``report.content`` as ``"<path>: <what differs>"``.
+
+>>> _images_diff({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"})
+'per-image pixel hashes differ from the manifest (1 differ, 0 only in the shard, 1 only in the manifest)'
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from aegisbench.hashing import bytes_sha256
+from aegisbench.builders.manifest import CARD, VerifyReport, dataset_digest, iter_shards, repo_file
+from aegisbench.builders.shard_content import ShardFacts, shard_facts
+from aegisbench.builders.verify_cache import cached_facts, card_verified, store_card, store_facts
+
+log = logging.getLogger(__name__)
+
+MAX_THREADS = 8  # shards decoded at once
+CHANGED = "the file changed while it was verified"
+
+
+def _bytes_of(repo: Path, rel: str, sha: str) -> bytes | None:
+    """The file's bytes if they still hash to ``sha`` (what is decoded is what was hashed)."""
+    data = repo_file(repo, rel).read_bytes()
+    return data if bytes_sha256(data) == sha else None
+
+
+def _images_diff(got: dict[str, str], want: dict[str, str]) -> str:
+    differ = sum(1 for k in got.keys() & want.keys() if got[k] != want[k])
+    return (f"per-image pixel hashes differ from the manifest ({differ} differ, {len(got.keys() - want.keys())} "
+            f"only in the shard, {len(want.keys() - got.keys())} only in the manifest)")
+
+
+def _entry_diff(facts: ShardFacts, shard: dict) -> list[str]:
+    bad = []
+    if facts.rows != shard["rows"]:
+        bad.append(f"{facts.rows} rows, the manifest says {shard['rows']}")
+    if facts.content_sha256 != shard["content_sha256"]:
+        bad.append("the content hash recomputed from its rows is not the manifest's content_sha256")
+    if facts.images != shard["images"]:
+        bad.append(_images_diff(facts.images, shard["images"]))
+    return bad
+
+
+def _facts(repo: Path, todo: list[tuple[str, dict, str]], cache: bool) -> list[tuple[ShardFacts, bool]]:
+    """Facts of every ``(config, shard, file SHA-256)`` (from the cache when allowed, else
+    decoded on a few threads: decoding and hashing release the GIL) and whether decoded."""
+    def one(item: tuple[str, dict, str]) -> tuple[ShardFacts, bool]:
+        config, shard, sha = item
+        facts = cached_facts(sha, config) if cache else None
+        if facts is not None:
+            return facts, False
+        data = _bytes_of(repo, shard["path"], sha)
+        if data is None:
+            return ShardFacts(0, "", {}, (CHANGED,)), True
+        return shard_facts(data, config, shard["path"]), True
+
+    workers = min(len(todo), os.cpu_count() or 1, MAX_THREADS)
+    if workers <= 1:
+        return [one(t) for t in todo]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, todo))
+
+
+def _compare(manifest: dict, config: str, shard: dict, sha: str, facts: ShardFacts, fresh: bool,
+             report: VerifyReport, cache: bool) -> None:
+    """Report where one shard's recomputed facts differ from its entry; record a match."""
+    rel = shard["path"]
+    listed = manifest["files"][rel]
+    bad = []
+    if (shard["sha256"], shard["bytes"]) != (listed["sha256"], listed["bytes"]):
+        bad.append("the shard entry's sha256 / bytes are not those of its files entry")
+    bad += [*facts.problems, *(_entry_diff(facts, shard) if facts.readable else [])]
+    report.content += [f"{rel}: {b}" for b in bad]
+    if cache and fresh and not bad:
+        store_facts(sha, config, facts)
+
+
+def check_content(repo: Path, manifest: dict, intact: dict[str, str], report: VerifyReport,
+                  cache: bool) -> tuple[int, str | None]:
+    """Check every intact shard (``intact``: path -> SHA-256 of its verified bytes); returns
+    the number decoded and the digest recomputed from the shards' rows (None when a shard is
+    missing or altered: that is reported already)."""
+    todo = [(config, shard, intact[shard["path"]]) for config, _, _, shard in iter_shards(manifest)
+            if shard["path"] in intact]
+    results = iter(_facts(repo, todo, cache))  # in manifest order, as the loop below walks it
+    recomputed: dict = {}
+    decoded = 0
+    for config, cfg in manifest["configs"].items():
+        splits = recomputed.setdefault(config, {"splits": {}})["splits"]
+        for split, info in cfg["splits"].items():
+            total = sum(s["rows"] for s in info["shards"])
+            if total != info["rows"]:
+                report.content.append(f"{config}/{split}: rows {info['rows']}, its shards hold {total}")
+            hashes = []
+            for shard in info["shards"]:
+                if shard["path"] in intact:
+                    facts, fresh = next(results)
+                    decoded += fresh
+                    _compare(manifest, config, shard, intact[shard["path"]], facts, fresh, report, cache)
+                    hashes.append({"content_sha256": facts.content_sha256})
+            splits[split] = {"shards": hashes}
+    complete = len(todo) == sum(1 for _ in iter_shards(manifest))
+    return decoded, (dataset_digest(manifest["benchmark_version"], recomputed) if complete else None)
+
+
+def _builder_hash() -> str:
+    from aegisbench.builders.build import builder_source_hash
+    return builder_source_hash()
+
+
+def check_card(repo: Path, manifest: dict, intact: dict[str, str], report: VerifyReport, cache: bool) -> None:
+    """The card must be the one this builder renders from the manifest (exactly, when the
+    manifest's ``builder_source_hash`` is this code's; else its declared configs and digest)."""
+    from aegisbench.builders.card import card_problems
+
+    if CARD not in manifest["files"]:
+        report.content.append(f"{CARD}: the dataset card is not listed in the manifest")
+        return
+    sha = intact.get(CARD)
+    if sha is None or (cache and card_verified(sha, manifest)):
+        return  # missing / altered (reported), or this card passed against this manifest before
+    data = _bytes_of(repo, CARD, sha)
+    try:
+        text = data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
+        text = None
+    if text is None:
+        report.content.append(f"{CARD}: {CHANGED if data is None else 'the card is not UTF-8 text'}")
+        return
+    exact = manifest.get("builder_source_hash") == _builder_hash()
+    bad = card_problems(text, manifest, exact=exact)
+    report.content += [f"{CARD}: {b}" for b in bad]
+    if cache and not bad:  # structural passes too: an edited builder_source_hash forces that check anyway
+        store_card(sha, manifest)
