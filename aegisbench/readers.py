@@ -80,12 +80,43 @@ def regular_file(path: str | Path, what: str = "file", follow: bool = True) -> o
     return st
 
 
-def _text(path: Path, what: str) -> str:
-    size = regular_file(path, what).st_size
-    if size > MAX_TEXT_BYTES:
-        raise BadInput(f"{what} is {size} bytes, larger than the limit of {MAX_TEXT_BYTES}", where=str(path))
+def read_regular_bytes(path: str | Path, what: str, limit: int, follow: bool = True) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, checked on the open
+    descriptor: a file swapped for a FIFO, device or (``follow=False``) link between a
+    caller's ``lstat`` and this read is refused, never blocked on or read without end.
+
+    >>> import tempfile, pathlib
+    >>> f = pathlib.Path(tempfile.mkdtemp()) / "a.txt"; _ = f.write_text("hi")
+    >>> read_regular_bytes(f, "note", 10)
+    b'hi'
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        return path.read_text(encoding="utf-8")
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise BadInput(f"{what} not found", where=str(path)) from None
+    except OSError as exc:
+        kind = "a symbolic link" if not follow and os.path.islink(path) else None
+        raise BadInput(f"{what} is {kind}, not a regular file" if kind
+                       else f"cannot read {what}: {exc.strerror}", where=str(path)) from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{what} is {file_kind(st.st_mode)}, not a regular file", where=str(path))
+        if st.st_size > limit:
+            raise BadInput(f"{what} is {st.st_size} bytes, larger than the limit of {limit}", where=str(path))
+        data = fh.read(limit + 1)
+    if len(data) > limit:  # grew while being read
+        raise BadInput(f"{what} is larger than the limit of {limit} bytes", where=str(path))
+    return data
+
+
+def _text(path: Path, what: str) -> str:
+    data = read_regular_bytes(path, what, MAX_TEXT_BYTES)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadInput(f"not UTF-8 text ({exc.reason} at byte {exc.start})", where=str(path)) from None
 
@@ -280,9 +311,6 @@ def check_image_bytes(data: bytes, where: str) -> tuple[int, int]:
 def read_image_bytes(path: str | Path) -> bytes:
     """The bytes of an image file after :func:`check_image_bytes` (a regular file, size
     checked before reading)."""
-    size = regular_file(path, "image").st_size
-    if size > MAX_IMAGE_BYTES:
-        raise BadInput(f"image file is {size} bytes, larger than the limit of {MAX_IMAGE_BYTES}", where=str(path))
-    data = Path(path).read_bytes()
+    data = read_regular_bytes(path, "image file", MAX_IMAGE_BYTES)
     check_image_bytes(data, str(path))
     return data

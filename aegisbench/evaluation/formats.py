@@ -31,7 +31,7 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.rows import BOX, Problems, RawRows, clip, repeat, shown
 from aegisbench.fields import is_int, is_number
 from aegisbench.predictions import Detections, read_coco_results
-from aegisbench.readers import MAX_PREDICTION_ROWS, load_json
+from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_YOLO_FILE_BYTES, load_json, read_regular_bytes
 from aegisbench.vocab import THRESHOLD_KEYS, TRACK_LABELS
 
 log = logging.getLogger(__name__)
@@ -192,7 +192,8 @@ def parse_coco(path: Path, config: str, ids: dict[int, tuple[str, str]], problem
     """COCO results list -> rows; ``ids`` maps the exported integer ids to (split, image_id)."""
     where = str(path)
     try:
-        res = load_json(path.read_text(encoding="utf-8"), where, nesting=False)
+        res = load_json(read_regular_bytes(path, "COCO results", MAX_COCO_FILE_BYTES, follow=False)
+                        .decode("utf-8"), where, nesting=False)
     except (OSError, UnicodeDecodeError) as exc:
         problems.add(where, None, None, f"cannot read JSON: {exc}")
         return _empty(path, fields=COCO_FIELDS)
@@ -285,9 +286,12 @@ def parse_yolo_file(path: Path, config: str, split: str, size: tuple[int, int], 
     where = str(path)
     width, height = size
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_regular_bytes(path, "YOLO file", MAX_YOLO_FILE_BYTES, follow=False).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         problems.add(where, None, None, f"cannot read text: {exc}")
+        text = ""
+    except BadInput as exc:
+        problems.add(where, None, None, f"cannot read text: {exc.message}")
         text = ""
     fast = _yolo_fast(text)
     rows, vals, reported = (*fast, np.zeros(len(fast[0]), bool)) if fast else _yolo_slow(text, where, problems)

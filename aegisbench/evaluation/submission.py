@@ -44,7 +44,7 @@ from aegisbench.evaluation.intake import submission_files, submission_id, thresh
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
-from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_YOLO_FILE_BYTES, load_yaml
+from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_YOLO_FILE_BYTES, load_yaml, read_regular_bytes
 from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, TRACKS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
@@ -126,7 +126,8 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
         problems.add(where, None, None, f"file is larger than {META_MAX_BYTES} bytes")
         return None
     try:
-        raw = load_yaml(path.read_text(encoding="utf-8"), where)
+        raw = load_yaml(read_regular_bytes(path, "submission.yaml", META_MAX_BYTES, follow=False)
+                        .decode("utf-8"), where)
     except UnicodeDecodeError as exc:
         problems.add(where, None, None, f"malformed YAML: {exc}")
         return None

@@ -218,3 +218,31 @@ def test_a_full_disk_names_the_path():
 def test_log_lines_cannot_be_forged():
     record = logging.LogRecord("aegisbench", logging.INFO, __file__, 1, "submission %s: ok", ("a\nERROR b",), None)
     assert OneLineFormatter("%(levelname)s %(message)s").format(record) == "INFO submission a\\nERROR b: ok"
+
+
+def test_read_regular_bytes_checks_the_open_descriptor(tmp_path):
+    """The kind and size are checked on the opened descriptor, so a path swapped for a
+    FIFO or link after a caller's lstat is refused, not blocked on or followed."""
+    import os
+
+    import pytest
+
+    from aegisbench.errors import BadInput
+    from aegisbench.readers import read_regular_bytes
+
+    good = tmp_path / "a.txt"
+    good.write_bytes(b"12345")
+    assert read_regular_bytes(good, "note", 5) == b"12345"
+    with pytest.raises(BadInput, match="larger than the limit of 4"):
+        read_regular_bytes(good, "note", 4)
+    fifo = tmp_path / "b.txt"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInput, match="is a FIFO, not a regular file"):
+        read_regular_bytes(fifo, "note", 5)  # O_NONBLOCK: returns at once, no writer needed
+    link = tmp_path / "c.txt"
+    link.symlink_to(good)
+    assert read_regular_bytes(link, "note", 5) == b"12345"
+    with pytest.raises(BadInput, match="is a symbolic link, not a regular file"):
+        read_regular_bytes(link, "note", 5, follow=False)
+    with pytest.raises(BadInput, match="note not found"):
+        read_regular_bytes(tmp_path / "missing.txt", "note", 5)
