@@ -119,13 +119,7 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
     """Check ``submission.yaml``; None when it is unusable (problems recorded)."""
     path = folder / META_FILE
     where = str(path)
-    if not path.is_file():
-        problems.add(where, None, None, "submission.yaml not found")
-        return None
-    if path.stat().st_size > META_MAX_BYTES:
-        problems.add(where, None, None, f"file is larger than {META_MAX_BYTES} bytes")
-        return None
-    try:
+    try:  # kind, size and presence are checked on the open file (no check-then-open gap)
         raw = load_yaml(read_regular_bytes(path, "submission.yaml", META_MAX_BYTES, follow=False)
                         .decode("utf-8"), where)
     except UnicodeDecodeError as exc:
