@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version as _version
 
+from aegisbench import isa as _isa
+
+#: Every library loaded after this line runs x86-64-v3 kernels (see :mod:`aegisbench.isa`).
+ISA_PROFILE = _isa.pin()
+
 try:
     __version__ = _version("aegisbench")
 except PackageNotFoundError:  # pragma: no cover - running from a source tree

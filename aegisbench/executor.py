@@ -46,6 +46,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import Any
 
+from aegisbench import isa
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -175,7 +176,10 @@ def connect(executor: Executor) -> None:
     ray = import_ray()
     if ray.is_initialized():
         return
-    quiet = dict(logging_level=logging.WARNING, include_dashboard=False, log_to_driver=False)
+    # workers start with this process's instruction-set cap (aegisbench.isa): same kernels, same bytes
+    cap = {k: os.environ[k] for k in isa.ENV if k in os.environ}
+    quiet = dict(logging_level=logging.WARNING, include_dashboard=False, log_to_driver=False,
+                 runtime_env={"env_vars": cap})
     if executor.ray_address is not None:
         _probe(executor.ray_address)
         ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})

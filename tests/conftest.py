@@ -4,10 +4,19 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
+import sys
 
-import pytest
+# aegisbench first: it caps NumPy/OpenCV/BLAS/torch at one instruction set (aegisbench.isa)
+# before any of them loads, so the tests write the bytes of every other machine
+if "numpy" in sys.modules:  # pragma: no cover - a plugin imported it before us
+    raise RuntimeError("numpy was imported before tests/conftest.py: the instruction-set cap "
+                       "(aegisbench.isa) cannot apply; bytes would depend on this CPU")
+import aegisbench  # noqa: E402,F401  isort: skip
+
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
+import pytest  # noqa: E402
 
 from _evalkit import tiny_repo
 from aegisbench.evaluation.dataset import DatasetIndex

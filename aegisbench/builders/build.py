@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 import aegisbench
 from aegisbench.atomic import atomic_write_text, clean_leftovers, drop_partial_writes, output_lock, replace_dir
+from aegisbench import isa
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
@@ -114,6 +115,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
     """Build the dataset repo and return its manifest. Shards run on ``executor``
     (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
     depend on which executor or how many workers ran them."""
+    isa.require("the dataset repo")
     out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
     with output_lock(out):  # one build of ``out`` at a time; what killed builds left goes first
         clean_leftovers(out)
@@ -186,6 +188,7 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
         "builder_source_hash": src_hash,
         "params_sha256": params.digest(),
         "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
+        "isa_profile": isa.profile(),  # the kernels the bytes came from (aegisbench.isa)
         "sources": {**{s.name: {"track": s.track, "kind": s.kind, "modality": s.modality} for s in params.sources},
                     **({FIRESPREAD_SOURCE["name"]: {"track": "firespread", "kind": FIRESPREAD_SOURCE["kind"]}}
                        if params.firespread is not None else {})},

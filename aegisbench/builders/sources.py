@@ -27,6 +27,7 @@ from pathlib import Path
 from aegisbench.atomic import atomic_write_text, atomic_write_with
 from aegisbench.builders.source_table import (SourceRecord, require_eval_splits, split_counts,
                                               write_source_table)
+from aegisbench import isa
 from aegisbench.errors import BadInput
 from aegisbench.params import Params, SourceParams
 
@@ -57,6 +58,7 @@ def materialize_source(src: SourceParams, version: str, out_dir: str | Path) -> 
     """Write one source's canonical table and its report; returns the table path. The table
     is published (atomically) only when it has val and test images
     (:func:`~aegisbench.builders.source_table.require_eval_splits`): else BadInput, nothing written."""
+    isa.require(f"source table {src.name!r}")
     out_dir = Path(out_dir)
     records, report_of = source_records(src, version)
     path = out_dir / f"{src.name}.parquet"

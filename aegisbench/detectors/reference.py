@@ -31,6 +31,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
+from aegisbench import isa
 from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
@@ -225,6 +226,7 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``."""
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
 
+    isa.require("the reference detector's weights")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import_ultralytics()

@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 import yaml
 from tqdm import tqdm
 
+from aegisbench import isa
 from aegisbench.atomic import (atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir,
                                resumable_dir, staging_path)
 from aegisbench.builders.manifest import require_verified
@@ -161,6 +162,7 @@ def run_detect(detector: Detector, repo: str | Path, track: str, out: str | Path
     ``half`` (defaults: the detector's). The frames of every predict call, hence the
     predictions, are the same whichever executor runs them.
     """
+    isa.require("the predictions")
     repo, out = Path(repo), Path(out)
     manifest = manifest or require_verified(repo)  # before anything is written
     plan = track_splits(manifest, track)

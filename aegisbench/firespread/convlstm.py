@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from aegisbench import isa
 from aegisbench.fields import Range, check_fields
 from aegisbench.firespread.ensemble import burnt_masks
 from aegisbench.hashing import key_digest, rng_for
@@ -131,6 +132,7 @@ def train_convlstm(train: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]], o
 
     Runs on one CPU thread: gradient sums then have one order on every machine, so the
     same config gives the same weights whatever the core count or load."""
+    isa.require("the ConvLSTM's weights")
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
