@@ -86,3 +86,24 @@ def test_the_cap_changes_what_an_avx512_cpu_computes():
     capped, native = run("capped"), run("native")
     assert capped == run("capped")  # the cap is deterministic
     assert capped != native
+
+
+def test_mean_sobel_is_exact_and_the_same_on_every_kernel():
+    """The calibration statistic that drifted (OpenCV float32) is now integer gradients plus
+    correctly rounded steps: it equals OpenCV's float64 Sobel and has the same bits uncapped."""
+    import cv2
+    import numpy as np
+
+    from aegisbench.corruptions.statistics import _luma, mean_sobel
+
+    img = np.random.default_rng(3).integers(0, 256, (61, 83, 3), dtype=np.uint8)
+    g = _luma(img).astype(np.float64) / 255.0
+    ref = np.mean(np.hypot(cv2.Sobel(g, cv2.CV_64F, 1, 0, ksize=3), cv2.Sobel(g, cv2.CV_64F, 0, 1, ksize=3)))
+    assert abs(mean_sobel(img) - ref) < 1e-12
+    code = ("import numpy as np\nfrom aegisbench.corruptions.statistics import mean_sobel\n"
+            "img = np.random.default_rng(3).integers(0, 256, (61, 83, 3), dtype=np.uint8)\n"
+            "print(repr(mean_sobel(img)))\n")
+    env = {k: v for k, v in os.environ.items() if k not in isa.ENV}
+    native = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            timeout=120, check=True).stdout.strip()
+    assert native == repr(mean_sobel(img))
