@@ -1,6 +1,8 @@
 """Throughput of ``aegisbench detect`` against the framework's own batch prediction.
 
-Same images, same model, same batch size, same input size, in one process:
+Same images, same model, same batch size, same input size, in one process (so the same
+torch thread count on both sides: the one the Ultralytics predictor sets on CPU, cores - 1,
+or ``--threads``):
 
 * framework: ``ultralytics`` ``model.predict(source=<folder of PNGs>, batch=B, stream=True)``
   (its own loader reads and decodes the files);
@@ -11,35 +13,41 @@ Same images, same model, same batch size, same input size, in one process:
 
 The frames are the whole-frame-sized images (no tiling, so both sides do identical
 model work) of the clean splits of one source; large frames are timed separately
-through the tiler (tiles/s, ours only). Runs alternate between the two sides and the
-best of ``--repeat`` is kept per side. On CPU both sides use the thread count the
-Ultralytics predictor sets (cores - 1).
+through the tiler (tiles/s, ours only). Both sides run ``--repeat`` times, interleaved
+(the order flipped every round, after one untimed warm-up round); medians are reported.
+Without ``--dataset`` a small repo is built from the embedded synthetic sources
+(``--images`` SAR frames) in a temporary folder first.
 Prints images/s of each side and the ratio ours / framework (target >= 0.9), and
 checks that both produced the same number of boxes.
 
-Run: ``.venv/bin/python perf/detect.py --dataset data/aegisbench [--weights W] [--device cuda]``
+Run: ``.venv/bin/python perf/detect.py [--dataset data/aegisbench] [--weights W] [--device cuda] [--json out.json]``
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from _bench import bench_params, cap, finish, interleaved, materialize, row, speed_row, trained_weights
 
-from aegisbench.builders.manifest import require_verified
-from aegisbench.detectors.interface import DetectorOptions, load_detector, resolve_device
-from aegisbench.detectors.loader import FrameLoader, shard_paths
-from aegisbench.detectors.ultralytics_adapter import import_ultralytics, precision_args
-from aegisbench.predictions import write_parquet_predictions
+cap()
+
+import pyarrow.parquet as pq  # noqa: E402
+
+PEER = "ultralytics"
+PEER_HOW = ".venv/bin/pip install -e '.[detect]'"
+MIN_RATIO = 0.9
 
 
 def frames_of(repo: Path, manifest: dict, source: str) -> tuple[list[tuple[str, str]], dict[str, tuple[int, int]]]:
     """(config, split) pairs of the clean splits of ``source`` and image_id -> (w, h)."""
+    from aegisbench.detectors.loader import shard_paths
+
     pairs = [("clean", s) for s in (f"{source}_val", source) if s in manifest["configs"]["clean"]["splits"]]
     sizes = {}
     for c, s in pairs:
@@ -51,6 +59,8 @@ def frames_of(repo: Path, manifest: dict, source: str) -> tuple[list[tuple[str, 
 
 
 def export_pngs(repo: Path, manifest: dict, pairs, keep: set[str], folder: Path) -> int:
+    from aegisbench.detectors.loader import shard_paths
+
     n = 0
     for c, s in pairs:
         for path in shard_paths(repo, manifest, c, s):
@@ -68,6 +78,8 @@ class Framework:
     def __init__(self, weights: str, folder: Path, args, device: str):
         from ultralytics import YOLO
 
+        from aegisbench.detectors.ultralytics_adapter import precision_args
+
         self.model, self.folder = YOLO(weights), folder
         self.kw = dict(imgsz=args.imgsz, conf=args.conf, batch=args.batch, device=device, verbose=False,
                        save=False, **precision_args(args.half))
@@ -83,12 +95,17 @@ class Ours:
     """The runner's loop: background shard decoding, ``Detector.predict``, Parquet writing."""
 
     def __init__(self, detector, repo: Path, manifest: dict, pairs, skip: set[str], args, out: Path):
+        from aegisbench.detectors.loader import FrameLoader, shard_paths
+
         self.detector, self.repo, self.manifest, self.pairs, self.skip = detector, repo, manifest, pairs, skip
         self.args, self.out = args, out
         first = next(iter(FrameLoader(shard_paths(repo, manifest, *pairs[0]), batch=1)))
         detector.predict(first.images)
 
     def run(self) -> tuple[float, int, int]:
+        from aegisbench.detectors.loader import FrameLoader, shard_paths
+        from aegisbench.predictions import write_parquet_predictions
+
         t = time.perf_counter()
         w0 = self.detector.stats.windows
         entries = {}
@@ -101,68 +118,100 @@ class Ours:
                 self.detector.stats.windows - w0)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dataset", default="data/aegisbench")
-    ap.add_argument("--source", default="synthetic_sar")
-    ap.add_argument("--weights", help="Ultralytics .pt (default: yolov8n built from its YAML, saved locally)")
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--imgsz", type=int, default=640)
-    ap.add_argument("--conf", type=float, default=0.001)
-    ap.add_argument("--half", action="store_true")
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--loader-workers", type=int, default=2)
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    args = ap.parse_args(argv)
-    import_ultralytics()
+def build_small(root: Path, images: int) -> Path:
+    """A small verified repo from the embedded synthetic sources (clean + two conditions)."""
+    from aegisbench.builders.build import build_repo
+
+    params = bench_params(root, images)
+    materialize(params)
+    build_repo(params, progress=False)
+    return Path(params.dataset_dir)
+
+
+def measure(args, repo: Path, tmp: Path) -> tuple[list[dict], dict]:
+    """Interleaved runs of both sides on ``repo``; the summary rows and the details."""
     import torch
+
+    from aegisbench.builders.manifest import require_verified
+    from aegisbench.detectors.interface import DetectorOptions, load_detector, resolve_device
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    repo = Path(args.dataset)
     manifest = require_verified(repo)
     device = resolve_device(args.device)
     pairs, sizes = frames_of(repo, manifest, args.source)
     whole = {i for i, (w, h) in sizes.items() if max(w, h) <= args.imgsz}
     large = set(sizes) - whole
+    weights = args.weights or str(trained_weights("yolov8n.yaml", tmp / "yolov8n.pt"))
+    (tmp / "png").mkdir()
+    n = export_pngs(repo, manifest, pairs, whole, tmp / "png")
+    if n == 0:
+        raise SystemExit(f"no frame of {args.source} fits in {args.imgsz} px")
+    opts = DetectorOptions(device=device, batch=args.batch, half=args.half, conf=args.conf, imgsz=args.imgsz)
+    framework = Framework(weights, tmp / "png", args, device)
+    ours = Ours(load_detector("yolo", weights, opts), repo, manifest, pairs, large, args, tmp)
+    runs = interleaved(args.repeat, {"framework": framework.run, "ours": ours.run})
+    f_s = statistics.median(r[0] for r in runs["framework"])
+    o_s = statistics.median(r[0] for r in runs["ours"])
+    f_boxes, o_boxes = runs["framework"][-1][1], runs["ours"][-1][1]
+    res = {"device": device, "torch_threads": torch.get_num_threads(), "images": n, "batch": args.batch,
+           "imgsz": args.imgsz, "repeat": args.repeat, "framework_images_per_s": round(n / f_s, 2),
+           "ours_images_per_s": round(n / o_s, 2), "ratio": round(f_s / o_s, 3),
+           "boxes_framework": f_boxes, "boxes_ours": o_boxes}
+    what = f"{n} whole frames, batch {args.batch}, {args.imgsz} px, {device}, torch threads {res['torch_threads']}"
+    rows = [speed_row(f"detect images/s vs ultralytics model.predict ({what})", n / o_s, n / f_s, unit="img/s",
+                      higher_is_better=True, min_ratio=MIN_RATIO),
+            row(f"boxes, same frames and model ({what})", o_boxes, f_boxes, unit="boxes", target="equal",
+                met=o_boxes == f_boxes)]
+    if large:
+        tiled = load_detector("yolo", weights, DetectorOptions(device=device, batch=args.batch, half=args.half,
+                                                               conf=args.conf))
+        tiled_run = Ours(tiled, repo, manifest, pairs, whole, args, tmp).run
+        tiled_runs = [tiled_run() for _ in range(args.repeat)]
+        t_s = statistics.median(r[0] for r in tiled_runs)
+        res.update(large_frames=len(large), large_images_per_s=round(len(large) / t_s, 2),
+                   tiles_per_s=round(tiled_runs[-1][2] / t_s, 2))
+        rows.append(row(f"tiled large frames (ours only; large frames: {len(large)})", res["tiles_per_s"],
+                        unit="tiles/s"))
+    return rows, res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", help="a built dataset repo (default: build a small one in a temporary folder)")
+    ap.add_argument("--images", type=int, default=16, help="SAR images of the small repo without --dataset")
+    ap.add_argument("--source", default="synthetic_sar")
+    ap.add_argument("--weights", help="a trained Ultralytics .pt (default: yolov8n from its YAML, trained one epoch"
+                    " on four generated frames)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--imgsz", type=int, default=640)
+    ap.add_argument("--conf", type=float, default=0.001)
+    ap.add_argument("--half", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="timed runs per side (default 3)")
+    ap.add_argument("--loader-workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    ap.add_argument("--json", help="write the summary rows and details here")
+    args = ap.parse_args(argv)
+    if args.dataset and not Path(args.dataset).is_dir():
+        raise SystemExit(f"{args.dataset}: no dataset repo there (build one, or leave --dataset out)")
+    if importlib.util.find_spec(PEER) is None:
+        print(f"peer not installed: {PEER} ({PEER_HOW})")
+        print("our side wraps the same library, so nothing was measured")
+        finish("detect", [row("detect images/s vs ultralytics model.predict", None, unit="img/s",
+                              target=f">= {MIN_RATIO:g}x", peer_missing=PEER)], args.json)
+        return 2
+    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
+
+    import_ultralytics()
     with tempfile.TemporaryDirectory(prefix="aegis-bench-detect-") as tmp:
         tmp = Path(tmp)
-        weights = args.weights
-        if weights is None:
-            from ultralytics import YOLO
-            weights = str(tmp / "yolov8n.pt")
-            YOLO("yolov8n.yaml").save(weights)
-        (tmp / "png").mkdir()
-        n = export_pngs(repo, manifest, pairs, whole, tmp / "png")
-        if n == 0:
-            print(f"no frame of {args.source} fits in {args.imgsz} px", file=sys.stderr)
-            return 2
-        opts = DetectorOptions(device=device, batch=args.batch, half=args.half, conf=args.conf, imgsz=args.imgsz)
-        framework = Framework(weights, tmp / "png", args, device)
-        ours = Ours(load_detector("yolo", weights, opts), repo, manifest, pairs, large, args, tmp)
-        f_s = o_s = float("inf")
-        for _ in range(args.repeat):  # interleaved, so both sides see the same machine load
-            (fs, f_boxes), (os_, o_boxes, _) = framework.run(), ours.run()
-            f_s, o_s = min(f_s, fs), min(o_s, os_)
-        res = {"device": device, "torch_threads": torch.get_num_threads(), "images": n, "batch": args.batch,
-               "imgsz": args.imgsz, "framework_images_per_s": round(n / f_s, 2),
-               "ours_images_per_s": round(n / o_s, 2), "ratio": round(f_s / o_s, 3),
-               "boxes_framework": f_boxes, "boxes_ours": o_boxes}
-        if large:
-            tiled = load_detector("yolo", weights, DetectorOptions(device=device, batch=args.batch, half=args.half,
-                                                                   conf=args.conf))
-            tiled_run = Ours(tiled, repo, manifest, pairs, whole, args, tmp)
-            t_s, t_windows = float("inf"), 0
-            for _ in range(args.repeat):
-                s_, _, t_windows = tiled_run.run()
-                t_s = min(t_s, s_)
-            res.update(large_frames=len(large), large_images_per_s=round(len(large) / t_s, 2),
-                       tiles_per_s=round(t_windows / t_s, 2))
-    print(json.dumps(res, indent=1))
-    print(f"ours / framework throughput: {res['ratio']:.3f} (target >= 0.9)")
-    if f_boxes != o_boxes:
-        print(f"WARNING: box counts differ ({o_boxes} vs {f_boxes})", file=sys.stderr)
+        repo = Path(args.dataset) if args.dataset else build_small(tmp / "build", args.images)
+        rows, res = measure(args, repo, tmp)
+    print(f"ours / framework throughput: {res['ratio']:.3f} (target >= {MIN_RATIO:g}; medians of {args.repeat})")
+    if res["boxes_framework"] != res["boxes_ours"]:
+        print(f"WARNING: box counts differ ({res['boxes_ours']} vs {res['boxes_framework']})", file=sys.stderr)
+    finish("detect", rows, args.json, res)
     return 0
 
 
