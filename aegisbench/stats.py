@@ -14,6 +14,8 @@ recall / precision / F1 from TP, FP, FN counts. A leaf: imports only numpy and
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,6 +50,58 @@ def percentile_interval(samples, percentiles: tuple[float, float] = (2.5, 97.5),
         return tuple(fallback)
     lo, hi = np.percentile(samples, percentiles)
     return float(lo), float(hi)
+
+
+def percentile_intervals(samples, percentiles: tuple[float, float] = (2.5, 97.5),
+                         fallback: tuple = NAN_INTERVAL) -> list[tuple]:
+    """:func:`percentile_interval` of each row of ``samples`` (k, B), the same numbers from
+    one sort of all rows: numpy's linear method step for step (virtual index ``(n - 1) * q``,
+    neighbours and gamma as ``_get_indexes`` / ``_get_gamma`` give them, ``_lerp``'s two
+    formulas) in float64 arithmetic. A row with a non-finite sample, or whose chosen samples
+    are zeros while it holds a -0.0 (the sort may place it among equal zeros unlike numpy's
+    partition), goes through :func:`percentile_interval`."""
+    rows = np.asarray(samples, np.float64)
+    if rows.ndim != 2:
+        raise ValueError(f"samples must be (k, B), got shape {rows.shape}")
+    k, n = rows.shape
+    try:
+        q = _quantiles(tuple(percentiles), tuple(map(type, percentiles)))
+    except TypeError:  # unhashable: not a flat sequence of numbers
+        q = None
+    if n == 0 or q is None:
+        return [percentile_interval(row, percentiles, fallback) for row in rows]
+    cols, gamma = [0, -1], []
+    for qi in q:
+        vi = (n - 1) * qi
+        lo = -1 if vi >= n - 1 else (0 if vi < 0 else math.floor(vi))
+        cols += [lo, lo if lo == -1 or vi < 0 else lo + 1]
+        gamma.append(vi - lo)
+    out = []  # NaN sorts last and -inf first: columns 0 and -1 say whether a row is finite
+    for row, (first, last, *ab) in zip(rows, np.sort(rows, axis=1)[:, cols].tolist()):
+        if not (math.isfinite(first) and math.isfinite(last)) or (0.0 in ab and _has_negative_zero(row)):
+            out.append(percentile_interval(row, percentiles, fallback))
+            continue
+        out.append(tuple(_lerp(a, b, t) for a, b, t in zip(ab[0::2], ab[1::2], gamma)))
+    return out
+
+
+@functools.lru_cache(maxsize=16)
+def _quantiles(percentiles: tuple, types: tuple) -> tuple[float, ...] | None:
+    """``percentiles / 100`` as ``np.percentile`` computes them (None when they are not
+    float64 or not in [0, 100]: :func:`percentile_interval` then decides); ``types`` keeps
+    2.5 and ``np.float32(2.5)`` apart in the cache."""
+    q = np.true_divide(percentiles, 100)
+    return tuple(q.tolist()) if q.dtype == np.float64 and q.ndim == 1 and ((q >= 0) & (q <= 1)).all() else None
+
+
+def _lerp(a: float, b: float, t: float) -> float:
+    """numpy's ``_lerp`` on floats: ``a + (b - a) t``, or ``b - (b - a)(1 - t)`` for t >= 0.5."""
+    d = b - a
+    return b - d * (1 - t) if t >= 0.5 else a + d * t
+
+
+def _has_negative_zero(row: np.ndarray) -> bool:
+    return bool((np.signbit(row) & (row == 0)).any())
 
 
 def ratio(num, den, empty: float = 0.0) -> np.ndarray:

@@ -1,78 +1,85 @@
-"""Speed of the evaluator core.
+"""Speed of the evaluator: COCO mAP against its peers, and what the bootstrap intervals cost.
 
-1. COCO mAP on the same GT/results files: ours (``aegisbench.evaluation.coco_map``)
-   vs pycocotools vs faster-coco-eval (run in ``.venv-peers-eval`` through a
-   subprocess when that venv exists); asserts the numbers agree and prints time ratios.
-2. A full 28-condition evaluation (synthetic, ~200 images per condition): matching,
-   counts at the frozen threshold, mAP50/mAP50-95, localization stability, size bands,
-   then the 1000-resample bootstrap intervals (one draw shared by the conditions of
-   the split); prints the overhead of the intervals.
+1. COCO mAP on the same GT/results files: ours (``aegisbench.evaluation.coco_map``) against
+   pycocotools (in this venv) and faster-coco-eval (a persistent process of
+   ``.venv-peers-eval`` when it is there), each side the same number of times, interleaved
+   (:func:`_bench.interleaved`: the order flipped every round, one untimed warm-up round);
+   medians, and a check that our numbers equal pycocotools'.
+2. The bootstrap intervals through the real evaluator: a sar dataset repo built by the real
+   builder (clean, the 27 corruptions and the compound conditions of ``params.yaml``;
+   ``--images`` test and ``--val-images`` val frames with 0-6 persons, some ignore regions)
+   and a submission of detector-like predictions (jittered hits whose rate falls with
+   severity, duplicates, 10-60 low-score false positives per frame). Every round scores it
+   plain (no draw, no interval: the scorer hands its metrics no bootstrap) and as
+   ``aegisbench evaluate`` does (one draw per split; recall, precision, F1 and mAP50
+   intervals; the effectiveness-score bootstrap), interleaved, twice over: in memory
+   (``evaluate``, what the command runs between validation and writing) and as the command
+   runs (``evaluate_submission`` with ``--no-verify``: validation, scoring, writing). The
+   overhead is the median over rounds of (with - plain) / plain, in wall and in CPU time.
 
-Timings are the best of ``--repeat`` runs, single-threaded BLAS (set before numpy is
-imported; the matrices are small and a shared machine makes BLAS threads spin).
+One thread (BLAS included) and ``aegisbench`` before numpy (:func:`_bench.one_thread`).
 
-Run: ``.venv/bin/python perf/evaluate.py`` (``--help`` for sizes).
+Run: ``.venv/bin/python perf/evaluate.py [--images 40,200] [--rounds 9] [--skip-coco] [--json out.json]``
 """
 
 from __future__ import annotations
 
-import os
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 import argparse
 import contextlib
+import gc
+import importlib.util
 import io
 import json
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
+from _bench import ROOT, Peer, finish, interleaved, one_thread, peer_python, row, speed_row
 
-from aegisbench.evaluation.bootstrap import BootstrapParams, Resamples, condition_intervals
-from aegisbench.evaluation.coco import coco_map, map_from_arrays
-from aegisbench.evaluation.matching import match_images
-from aegisbench.evaluation.threshold import freeze_threshold
-from aegisbench.hashing import rng_for
-from aegisbench.metrics import f1, localization_stability, precision, recall, recall_by_size
+one_thread()
 
-ROOT = Path(__file__).resolve().parents[1]
-PEER_PY = ROOT / ".venv-peers-eval" / "bin" / "python"
+import numpy as np  # noqa: E402
+import yaml  # noqa: E402
 
-PEER_SCRIPT = r"""
+from aegisbench.evaluation.coco import coco_map  # noqa: E402
+from aegisbench.hashing import rng_for  # noqa: E402
+
+FCE_HOW = "python3 -m venv .venv-peers-eval && .venv-peers-eval/bin/pip install faster-coco-eval"
+PYCOCO_HOW = ".venv/bin/pip install -e '.[test]'"
+SOURCE, FRAME = "perf_sar", 320  # small square frames: the build takes seconds
+TARGET = 20.0  # % of a plain evaluation (issue 17)
+FCE_PEER = r"""
 import contextlib, io, json, sys, time
 from faster_coco_eval import COCO, COCOeval_faster
-best = None
-for _ in range(int(sys.argv[3])):
+print("ready", flush=True)
+for line in sys.stdin:
+    gt_path, res_path = json.loads(line)
     t = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
-        gt = COCO(sys.argv[1]); dt = gt.loadRes(sys.argv[2])
+        gt = COCO(gt_path); dt = gt.loadRes(res_path)
         ev = COCOeval_faster(gt, dt, "bbox", print_function=lambda *a, **k: None)
         ev.evaluate(); ev.accumulate(); ev.summarize()
-    dt_s = time.perf_counter() - t
-    best = dt_s if best is None else min(best, dt_s)
-print(json.dumps({"seconds": best, "map50_95": float(ev.stats[0]), "map50": float(ev.stats[1])}))
+    print(json.dumps({"seconds": time.perf_counter() - t, "map50_95": float(ev.stats[0]),
+                      "map50": float(ev.stats[1])}), flush=True)
 """
 
 
-def best_of(fn, repeat: int):
-    best, out = None, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        dt = time.perf_counter() - t
-        best = dt if best is None else min(best, dt)
-    return best, out
+def clocked(fn):
+    """(wall s, CPU s) of ``fn()`` after a collection."""
+    gc.collect()
+    t, c = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - t, time.process_time() - c
+
+
+# ------------------------------------------------------------------ 1. COCO mAP
 
 
 def coco_workload(folder: Path, n_img: int, n_cat: int) -> tuple[Path, Path]:
     rng = rng_for("benchmark", "coco", n_img, n_cat)
     images = [{"id": i + 1, "file_name": f"{i}.jpg", "width": 640, "height": 640} for i in range(n_img)]
-    cats = [{"id": c + 1, "name": f"c{c}"} for c in range(n_cat)]
     anns, res = [], []
     for im in images:
         for _ in range(int(rng.integers(0, 12))):
@@ -90,107 +97,14 @@ def coco_workload(folder: Path, n_img: int, n_cat: int) -> tuple[Path, Path]:
             res.append({"image_id": im["id"], "category_id": int(rng.integers(1, n_cat + 1)),
                         "score": round(float(rng.random()), 3), "bbox": [x, y, *rng.uniform(4, 80, 2)]})
     gt_path, res_path = folder / "gt.json", folder / "results.json"
-    gt_path.write_text(json.dumps({"images": images, "categories": cats, "annotations": anns}))
+    gt_path.write_text(json.dumps({"images": images, "annotations": anns,
+                                   "categories": [{"id": c + 1, "name": f"c{c}"} for c in range(n_cat)]}))
     res_path.write_text(json.dumps(res))
     print(f"COCO workload: {n_img} images, {n_cat} categories, {len(anns)} GT boxes, {len(res)} detections")
     return gt_path, res_path
 
 
-def bench_coco(folder: Path, n_img: int, n_cat: int, repeat: int) -> None:
-    gt_path, res_path = coco_workload(folder, n_img, n_cat)
-
-    def pycoco():
-        stats = _pycoco(gt_path, res_path)
-        return {"map50_95": stats[0], "map50": stats[1]}
-
-    t_ours, ours = best_of(lambda: coco_map(gt_path, res_path), repeat)
-    t_ref, ref = best_of(pycoco, max(1, repeat // 2))
-    assert (ours["map50"], ours["map50_95"]) == (ref["map50"], ref["map50_95"]), (ours, ref)
-    print(f"  ours            {t_ours:7.3f} s  map50={ours['map50']:.6f} map50_95={ours['map50_95']:.6f}")
-    print(f"  pycocotools     {t_ref:7.3f} s  (ours is {t_ref / t_ours:.1f}x faster; numbers identical)")
-    if PEER_PY.exists():
-        out = subprocess.run([str(PEER_PY), "-c", PEER_SCRIPT, str(gt_path), str(res_path), str(repeat)],
-                             capture_output=True, text=True, check=True)
-        peer = json.loads(out.stdout.strip().splitlines()[-1])
-        assert abs(peer["map50"] - ours["map50"]) < 1e-12 and abs(peer["map50_95"] - ours["map50_95"]) < 1e-12, peer
-        print(f"  faster-coco-eval{peer['seconds']:7.3f} s  (ours is {peer['seconds'] / t_ours:.1f}x faster; "
-              f"numbers agree to 1e-12)")
-    else:
-        print(f"  faster-coco-eval skipped: {PEER_PY} not found")
-
-
-def condition_workload(n_img: int, n_conditions: int):
-    """GT per image plus predictions per condition (detection rate falls with severity)."""
-    rng = rng_for("benchmark", "conditions", n_img)
-    gts = []
-    for _ in range(n_img):
-        n = int(rng.integers(0, 7))
-        wh = np.exp(rng.uniform(np.log(8), np.log(150), (n, 2)))
-        xy = rng.uniform(0, 640 - wh)
-        gts.append(np.concatenate([xy, xy + wh], axis=1))
-    conditions = []
-    for c in range(n_conditions):
-        r = rng_for("benchmark", "condition", c)
-        p_det = 0.9 * (1 - c / n_conditions)
-        preds, scores = [], []
-        for g in gts:
-            hit = g[r.random(len(g)) < p_det]
-            jit = hit + r.normal(0, 2.0, hit.shape) * (hit[:, 2:] - hit[:, :2]).repeat(2, axis=1) * 0.05
-            dup = hit[r.random(len(hit)) < 0.3]
-            n_fp = int(r.integers(10, 60))
-            xy = r.uniform(0, 600, (n_fp, 2))
-            fp = np.concatenate([xy, xy + r.uniform(5, 60, (n_fp, 2))], axis=1)
-            boxes = np.concatenate([jit, dup + r.normal(0, 3, dup.shape), fp])
-            boxes[:, 2:] = np.maximum(boxes[:, 2:], boxes[:, :2] + 1)
-            s = np.concatenate([r.uniform(0.3, 1.0, len(jit)), r.uniform(0.05, 0.5, len(dup)),
-                                r.beta(1, 8, n_fp)]).round(3)
-            preds.append(boxes)
-            scores.append(s)
-        conditions.append((preds, scores))
-    return gts, conditions
-
-
-def bench_conditions(n_img: int, n_conditions: int, n_resamples: int, repeat: int) -> None:
-    gts, conditions = condition_workload(n_img, n_conditions)
-    n_pred = sum(len(s) for s in conditions[0][1])
-    print(f"\n{n_conditions} conditions x {n_img} images: {sum(map(len, gts))} GT boxes, "
-          f"{n_pred} predictions in the clean condition; {n_resamples} bootstrap resamples "
-          f"(best of {repeat} per condition)")
-    params = BootstrapParams(n_resamples=n_resamples)
-    clean_match = match_images(*conditions[0], gts)
-    threshold, _ = freeze_threshold(clean_match)
-
-    def point(preds, scores):
-        m = match_images(preds, scores, gts)
-        counts = m.counts(threshold)
-        out = {"recall": recall(counts), "precision": precision(counts), "f1": f1(counts)}
-        out.update(map_from_arrays(preds, scores, gts))
-        out["stability"] = localization_stability(clean_match, m, threshold)["stability"]
-        out["size"] = recall_by_size(m.gt_xyxy, m.gt_detected(threshold))
-        return m, out
-
-    t_draw, resamples = best_of(lambda: Resamples.draw(n_img, ("benchmark", "split"), n_resamples), repeat)
-    t_eval = t_ci = 0.0
-    for c, (preds, scores) in enumerate(conditions):
-        dt, (m, out) = best_of(lambda: point(preds, scores), repeat)
-        t_eval += dt
-        dt, ci = best_of(lambda: condition_intervals(m, threshold, params=params, resamples=resamples), repeat)
-        t_ci += dt
-        assert ci["recall"][0] <= out["recall"] <= ci["recall"][1]
-    t_ci_all = t_ci + t_draw
-    print(f"  point metrics   {t_eval:7.3f} s total, {1000 * t_eval / n_conditions:6.1f} ms per condition "
-          "(match, counts, P/R/F1, mAP50 + mAP50-95, stability, size bands)")
-    print(f"  intervals       {t_ci_all:7.3f} s total, {1000 * t_ci / n_conditions:6.1f} ms per condition "
-          f"(recall, precision, F1, mAP50) + {1000 * t_draw:.1f} ms for the one shared draw")
-    print(f"  interval overhead: {100 * t_ci_all / t_eval:.1f}% of the point evaluation (target < 25%)")
-    # for scale: pycocotools on one condition (class-agnostic, same boxes)
-    with tempfile.TemporaryDirectory() as tmp:
-        g, r = _condition_as_coco(Path(tmp), gts, *conditions[0])
-        t_ref, _ = best_of(lambda: _pycoco(g, r), 1)
-    print(f"  for scale: pycocotools COCOeval on one condition takes {1000 * t_ref:.0f} ms")
-
-
-def _pycoco(gt_path: Path, res_path: Path):
+def _pycoco(gt_path: Path, res_path: Path) -> dict:
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 
@@ -200,34 +114,222 @@ def _pycoco(gt_path: Path, res_path: Path):
         ev.evaluate()
         ev.accumulate()
         ev.summarize()
-    return ev.stats
+    return {"map50_95": float(ev.stats[0]), "map50": float(ev.stats[1])}
 
 
-def _condition_as_coco(folder: Path, gts, preds, scores) -> tuple[Path, Path]:
-    images = [{"id": i + 1, "file_name": f"{i}.jpg"} for i in range(len(gts))]
-    anns = [{"id": len(images) * 100 + k, "image_id": i + 1, "category_id": 1, "iscrowd": 0,
-             "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]], "area": (b[2] - b[0]) * (b[3] - b[1])}
-            for i, g in enumerate(gts) for k, b in enumerate(g.tolist())]
-    res = [{"image_id": i + 1, "category_id": 1, "score": float(s), "bbox": [b[0], b[1], b[2] - b[0], b[3] - b[1]]}
-           for i, (p, sc) in enumerate(zip(preds, scores)) for b, s in zip(p.tolist(), sc)]
-    g, r = folder / "gt.json", folder / "res.json"
-    g.write_text(json.dumps({"images": images, "categories": [{"id": 1, "name": "person"}], "annotations": anns}))
-    r.write_text(json.dumps(res))
-    return g, r
+def bench_coco(folder: Path, n_img: int, n_cat: int, rounds: int) -> tuple[list[dict], dict]:
+    gt_path, res_path = coco_workload(folder, n_img, n_cat)
+    work = f"COCO mAP, {n_img} images, {n_cat} categories"
+    outs: dict[str, dict] = {}
+
+    def local(name, fn):
+        def side():
+            t = time.perf_counter()
+            outs[name] = fn(gt_path, res_path)
+            return time.perf_counter() - t
+        return side
+
+    sides = {"ours": local("ours", coco_map)}
+    has_pycoco = importlib.util.find_spec("pycocotools") is not None
+    if has_pycoco:
+        sides["pycocotools"] = local("pycocotools", _pycoco)
+    else:
+        print(f"peer not installed: pycocotools ({PYCOCO_HOW})")
+    fce_py = peer_python(ROOT / ".venv-peers-eval" / "bin" / "python", "faster_coco_eval", FCE_HOW)
+    with contextlib.ExitStack() as stack:
+        if fce_py:
+            peer = stack.enter_context(Peer([fce_py, "-c", FCE_PEER]))
+
+            def fce():
+                outs["faster-coco-eval"] = json.loads(peer.ask(json.dumps([str(gt_path), str(res_path)])))
+                return outs["faster-coco-eval"]["seconds"]
+            sides["faster-coco-eval"] = fce
+        times = {k: statistics.median(v) for k, v in interleaved(rounds, sides).items()}
+    ours = outs["ours"]
+    print(f"  ours              {times['ours']:7.3f} s  map50={ours['map50']:.6f} map50_95={ours['map50_95']:.6f}"
+          f" (medians of {rounds} interleaved runs per side)")
+    rows, same = [], None
+    for name, how in (("pycocotools", PYCOCO_HOW), ("faster-coco-eval", FCE_HOW)):
+        if name not in times:
+            rows.append(speed_row(f"{work} vs {name}", times["ours"], None, unit="s", higher_is_better=False,
+                                  peer_missing=name))
+            continue
+        ref = outs[name]
+        if name == "pycocotools":
+            same = (ours["map50"], ours["map50_95"]) == (ref["map50"], ref["map50_95"])
+        print(f"  {name:17s} {times[name]:7.3f} s  (ours is {times[name] / times['ours']:.1f}x faster; "
+              f"map50 {ref['map50']:.6f}, map50_95 {ref['map50_95']:.6f})")
+        rows.append(speed_row(f"{work} vs {name}", times["ours"], times[name], unit="s", higher_is_better=False))
+    rows.append(row(f"{work}: mAP50 and mAP50-95 equal pycocotools'", same, target="identical", met=same,
+                    peer_missing=None if has_pycoco else "pycocotools"))
+    return rows, {"seconds": times, "numbers": outs}
+
+
+# ----------------------------------------------------- 2. intervals, real evaluator
+
+
+def _records(n_val: int, n_test: int):
+    """Source records: noise frames with 0-6 boxes, an ignore region on every 7th frame."""
+    from aegisbench.builders.source_table import SourceRecord
+    for split, n in (("train", 1), ("val", n_val), ("test", n_test)):
+        for i in range(n):
+            rng = rng_for("perf-evaluate", "record", split, i)
+            k = int(rng.integers(0, 7))
+            wh = np.exp(rng.uniform(np.log(8), np.log(64), (k, 2)))
+            xy = rng.uniform(0, FRAME - wh)
+            yield SourceRecord.from_image(
+                f"{SOURCE}_{split}_{i:04d}", split, SOURCE, rng.integers(60, 200, (FRAME, FRAME, 3), dtype=np.uint8),
+                boxes=np.concatenate([xy, xy + wh], axis=1).round(1), labels=["person"] * k, group_id=f"flight{i // 5}",
+                ignore=np.array([[10.0, 10.0, 40.0, 40.0]] if i % 7 == 3 else [], np.float32).reshape(-1, 4),
+                meta=(("view", "oblique" if i % 3 == 0 else "nadir"),))
+
+
+def build_workload_repo(root: Path, n_val: int, n_test: int) -> Path:
+    """The dataset repo of the workload (the real builder; kept under ``root``)."""
+    from aegisbench.builders.build import build_repo
+    from aegisbench.builders.source_table import write_source_table
+    from aegisbench.params import Params
+
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    repo = root / f"repo_{n_val}_{n_test}"
+    if (repo / "manifest.json").exists():
+        return repo
+    write_source_table(_records(n_val, n_test), root / f"sources_{n_val}_{n_test}" / f"{SOURCE}.parquet")
+    params = Params.from_dict({
+        "benchmark_version": raw["benchmark_version"],
+        "paths": {"sources": str(root / f"sources_{n_val}_{n_test}"), "dataset": str(repo)},
+        "build": {"rows_per_shard": 64, "conditions": ["all"], "compound": raw["build"]["compound"]},
+        "sources": {SOURCE: {"track": "sar", "kind": "synthetic_sar", "license": "mit",
+                             "description": "perf workload: noise frames with boxes"}}})
+    t = time.perf_counter()
+    build_repo(params, progress=False)
+    print(f"  built the workload repo in {time.perf_counter() - t:.0f} s: {repo}")
+    return repo
+
+
+def predictions(index) -> dict:
+    """(config, split, image_id) -> Detections, as a detector with a near-zero score floor gives."""
+    from aegisbench.predictions import Detections
+    out = {}
+    for config, split in index.keys("sar"):
+        sev = max((int(p[1:]) for p in config.split("_") if p[:1] == "s" and p[1:].isdigit()), default=0)
+        p_det = 0.9 - 0.2 * sev - (0.1 if "__" in config else 0.0)
+        g = index.gt(config, split)
+        for image_id, boxes in zip(g.image_ids, g.boxes):
+            r = rng_for("perf-evaluate", config, split, image_id)
+            hit = boxes[r.random(len(boxes)) < p_det]
+            jit = hit + r.normal(0, 2.0, hit.shape) * (hit[:, 2:] - hit[:, :2]).repeat(2, axis=1) * 0.05
+            dup = hit[r.random(len(hit)) < 0.3]
+            dup = dup + r.normal(0, 3, dup.shape)
+            n_fp = int(r.integers(10, 60))
+            xy = r.uniform(0, FRAME - 60, (n_fp, 2))
+            b = np.clip(np.concatenate([jit, dup, np.concatenate([xy, xy + r.uniform(5, 60, (n_fp, 2))], axis=1)]),
+                        0, FRAME - 1)
+            b[:, 2:] = np.maximum(b[:, 2:], b[:, :2] + 1)
+            s = np.concatenate([r.uniform(0.3, 1.0, len(jit)), r.uniform(0.05, 0.5, len(dup)), r.beta(1, 8, n_fp)])
+            out[(config, split, image_id)] = Detections(b, np.maximum(s.round(3), 0.001))
+    return out
+
+
+def write_workload_submission(root: Path, index) -> Path:
+    from aegisbench.predictions import write_parquet_predictions
+    folder = root / f"sub_{index.digest[:12]}" / "perf_detector"
+    if not (folder / "submission.yaml").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        write_parquet_predictions(predictions(index), folder / "predictions.parquet")
+        meta = {"name": "perf detector", "team": "perf", "track": "sar", "model": "synthetic",
+                "contact": "perf@example.org", "license": "mit", "description": "detector-like predictions",
+                "dataset_version": index.version, "dataset_digest": index.digest}
+        (folder / "submission.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
+    return folder
+
+
+@contextlib.contextmanager
+def no_intervals():
+    """The evaluator without a bootstrap: no draw, and every condition's scorer hands its
+    metrics no resamples (each interval is then absent)."""
+    from aegisbench.evaluation import detection, scoring
+    draw, boot = detection.Resamples.draw, scoring.ConditionScorer._bootstrap
+    detection.Resamples.draw = classmethod(lambda cls, *args, **kw: None)
+    scoring.ConditionScorer._bootstrap = lambda self, *args: None
+    try:
+        yield
+    finally:
+        detection.Resamples.draw, scoring.ConditionScorer._bootstrap = draw, boot
+
+
+def bench_intervals(workdir: Path, n_val: int, n_test: int, n_resamples: int, rounds: int
+                    ) -> tuple[list[dict], dict]:
+    from aegisbench.evaluation.bootstrap import BootstrapParams
+    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.evaluation.evaluator import EvaluationParams, evaluate, evaluate_submission
+    from aegisbench.evaluation.submission import validate_submission
+
+    repo = build_workload_repo(workdir, n_val, n_test)
+    index = DatasetIndex(repo, verify=False)
+    folder = write_workload_submission(workdir, index)
+    sub = validate_submission(folder, index)
+    params = EvaluationParams(bootstrap=BootstrapParams(n_resamples=n_resamples))
+    size = f"{len(index.configs())} configs x {n_test} images, {n_resamples} resamples"
+    print(f"\nintervals through the evaluator: {size}, {sub.predictions.n_boxes()} predicted boxes; {rounds} rounds")
+    with_ci = evaluate(sub, index, params).metrics.column("lo").to_pylist()
+    with no_intervals():
+        assert not any(v is not None for v in evaluate(sub, index, params).metrics.column("lo").to_pylist())
+    print(f"  {sum(v is not None for v in with_ci)} of {len(with_ci)} metric rows carry an interval")
+
+    def plain(fn):
+        def run():
+            with no_intervals():
+                fn()
+        return run
+
+    runs = {"evaluate()": lambda: evaluate(sub, index, params),
+            "evaluate_submission()": lambda: evaluate_submission(folder, repo, workdir / "results", params,
+                                                                 verify=False)}
+    rows, details = [], {}
+    for name, fn in runs.items():
+        t = interleaved(rounds, {"plain": lambda: clocked(plain(fn)), "full": lambda: clocked(fn)})
+        res = {}
+        for k, clock in enumerate(("wall", "cpu")):
+            p, f = ([x[k] for x in t[side]] for side in ("plain", "full"))
+            over = [100 * (b - a) / a for a, b in zip(p, f)]
+            res[clock] = {"plain_s": statistics.median(p), "full_s": statistics.median(f),
+                          "overhead_pct": statistics.median(over), "per_round_pct": [round(o, 1) for o in over]}
+            print(f"  {name:22s} {clock:4s} plain {res[clock]['plain_s']:.3f} s, with every interval "
+                  f"{res[clock]['full_s']:.3f} s; overhead {res[clock]['overhead_pct']:.1f}% (median; rounds: "
+                  f"{' '.join(f'{o:.0f}' for o in over)})")
+        over = res["wall"]["overhead_pct"]
+        rows.append(row(f"bootstrap intervals incl. effectiveness, % of a plain {name} ({size}; median of {rounds} "
+                        f"interleaved rounds, CPU {res['cpu']['overhead_pct']:.1f}%)", round(over, 1), unit="%",
+                        target=f"< {TARGET:g}%", met=over < TARGET))
+        details[f"{name} {n_test} images"] = res
+    return rows, details
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--coco-images", type=int, default=2000)
     ap.add_argument("--coco-categories", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--images", type=int, default=200)
-    ap.add_argument("--conditions", type=int, default=28)
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timed rounds of every comparison")
+    ap.add_argument("--images", default="40", help="test frames of the interval workload, comma-separated sizes "
+                    "(the embedded default has 40)")
+    ap.add_argument("--val-images", type=int, default=24)
     ap.add_argument("--resamples", type=int, default=1000)
+    ap.add_argument("--workdir", type=Path, help="keep the workload repos and submissions here (default: a "
+                    "temporary folder)")
+    ap.add_argument("--skip-coco", action="store_true")
+    ap.add_argument("--json", help="write the summary rows and details here")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        bench_coco(Path(tmp), args.coco_images, args.coco_categories, args.repeat)
-    bench_conditions(args.images, args.conditions, args.resamples, args.repeat)
+    rows, details = [], {}
+    with tempfile.TemporaryDirectory(prefix="aegis-bench-evaluate-") as tmp:
+        if not args.skip_coco:
+            r, details["coco"] = bench_coco(Path(tmp), args.coco_images, args.coco_categories, args.rounds)
+            rows += r
+        for n in (int(v) for v in args.images.split(",")):
+            r, details[f"intervals_{n}"] = bench_intervals(args.workdir or Path(tmp), args.val_images, n,
+                                                           args.resamples, args.rounds)
+            rows += r
+    finish("evaluate", rows, args.json, details)
     return 0
 
 

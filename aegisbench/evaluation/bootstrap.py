@@ -7,7 +7,8 @@ image ``i`` occurs in resample ``b``. Every statistic of a condition uses the sa
 ``W`` (paired resampling); nothing is re-matched.
 
 * recall / precision / F1: ``W @ counts`` sums the per-image (TP, FP, FN) at the
-  frozen threshold. A resample in which a ratio is 0/0 (no GT box for recall, no
+  frozen threshold (in :func:`condition_intervals` one product sums every numerator and
+  denominator, exact integers). A resample in which a ratio is 0/0 (no GT box for recall, no
   detection for precision) is left out of that ratio's interval, as for AP50, instead
   of counting as 0; when every resample is 0/0 the whole set is too, and the interval
   is the point value's (0, 0).
@@ -25,9 +26,10 @@ image ``i`` occurs in resample ``b``. Every statistic of a condition uses the sa
   while exact for the integers involved (precision values to ~1e-7). Resamples
   without any GT box are left out.
 
-Intervals are percentiles with linear interpolation (numpy/scipy default); a
-statistic that is constant across resamples gives a degenerate interval such as
-``(0.0, 0.0)``.
+Intervals are percentiles with linear interpolation (numpy/scipy default), the numbers
+of ``np.percentile`` from one sort of a condition's sample rows
+(:func:`aegisbench.stats.percentile_intervals`); a statistic that is constant across
+resamples gives a degenerate interval such as ``(0.0, 0.0)``.
 
 >>> import numpy as np
 >>> counts = np.array([[1, 0, 1], [2, 1, 0], [0, 0, 2]])
@@ -39,6 +41,7 @@ statistic that is constant across resamples gives a degenerate interval such as
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,7 +50,8 @@ import numpy as np
 from aegisbench.evaluation.coco import RECALL_THRESHOLDS
 from aegisbench.evaluation.matching import BatchMatch
 from aegisbench.fields import check_int
-from aegisbench.stats import count_ratios, multiplicities, percentile_interval, resample_indices
+from aegisbench.stats import (NAN_INTERVAL, count_ratios, multiplicities, percentile_interval, percentile_intervals,
+                              resample_indices)
 
 __all__ = ["BootstrapParams", "Resamples", "ap50_samples", "condition_intervals", "count_intervals",
            "count_statistics", "multiplicities", "percentile_interval", "resample_indices"]
@@ -71,7 +75,7 @@ def _intervals(stats: dict[str, np.ndarray], percentiles) -> dict[str, tuple[flo
     """Percentile intervals of several ratio sample vectors; NaN samples (resamples where
     the ratio is 0/0) are left out, and a vector that is all NaN gives the 0/0 point
     convention's (0, 0)."""
-    return {k: percentile_interval(v, percentiles, fallback=(0.0, 0.0)) for k, v in stats.items()}
+    return dict(zip(stats, percentile_intervals(list(stats.values()), percentiles, fallback=(0.0, 0.0))))
 
 
 #: recall, precision, F1 from summed (..., 3) TP/FP/FN counts (:func:`aegisbench.stats.count_ratios`)
@@ -92,6 +96,40 @@ def _weighted_sum(W: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return W.astype(np.float64) @ np.asarray(counts, np.float64)
 
 
+#: per-image (TP, FP, FN) -> numerators TP, TP, 2 TP and denominators TP + FN, TP + FP, 2 TP + FP + FN
+_RATIO_TERMS = np.array([[1, 1, 2, 1, 1, 2], [0, 0, 0, 0, 1, 1], [0, 0, 0, 1, 0, 1]])
+
+
+def _ratio_samples(counts: np.ndarray, Wt: np.ndarray, total: int) -> np.ndarray:
+    """(3, B) recall, precision, F1 of each resample (NaN where 0/0), the numbers of
+    ``count_statistics(W @ counts, empty=np.nan)``: every numerator and denominator is
+    an integer summed exactly in one product with image-major ``Wt`` (n, B), float32
+    while the sums stay below 2**24 (``total`` bounds the column sums of ``Wt``)."""
+    terms = np.asarray(counts, np.int64) @ _RATIO_TERMS
+    ft = np.float32 if int(terms.max(initial=0)) * total < 2**24 and terms.min(initial=0) >= 0 else np.float64
+    sums = (terms.T.astype(ft) @ Wt.astype(ft, copy=False)).astype(np.float64)
+    num, den = sums[:3], sums[3:]
+    return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
+
+
+def _suffix_max(pr: np.ndarray) -> None:
+    """``pr[r] = max(pr[r:])`` for every row, in place, in about 3 sqrt(R) array operations
+    (blocks of k rows from the end, then the carries, then the rows before the blocks)."""
+    if not pr.flags.c_contiguous:
+        raise ValueError("pr must be C-contiguous (it is updated through a reshaped view)")
+    R = len(pr)
+    k = max(1, math.isqrt(R))
+    m = R // k
+    h = R - m * k
+    blocks = pr[h:].reshape(m, k, -1)  # a view: pr is C-contiguous
+    for j in range(k - 2, -1, -1):
+        np.maximum(blocks[:, j], blocks[:, j + 1], out=blocks[:, j])
+    for i in range(m - 2, -1, -1):
+        np.maximum(blocks[i], blocks[i + 1, 0], out=blocks[i])
+    for r in range(h - 1, -1, -1):
+        np.maximum(pr[r], pr[r + 1], out=pr[r])
+
+
 # recall thresholds that a recall of exactly j/100 does not reach, because
 # np.linspace gives e.g. 0.35000000000000003 for 0.35 (pycocotools compares rc >= r)
 _UNREACHED_AT_EXACT = np.array([not RECALL_THRESHOLDS[j] <= j / 100 for j in range(101)] + [False])
@@ -99,27 +137,35 @@ _UNREACHED_AT_EXACT = np.array([not RECALL_THRESHOLDS[j] <= j / 100 for j in ran
 
 def _first_reached(tp: np.ndarray, n_gt: np.ndarray) -> np.ndarray:
     """(R, B): how many recall thresholds are first reached at each run end, from the
-    integer-valued TP counts (R, B) and GT counts (B,).
+    integer-valued TP counts (R, B) and GT counts (B,); ``tp`` is overwritten (the
+    result is written into it).
 
     The number of thresholds ``<= TP / n_gt`` (pycocotools' comparison) is
     ``floor(100 TP / n_gt) + 1``, minus one where ``100 TP / n_gt`` is exactly an
     integer ``j`` whose linspace threshold sits one ulp above ``j / 100``. Off an
     integer the quotient is at least ``1 / n_gt`` away from one, far above the
     rounding error (float32 is used only while ``n_gt <= 2**16``)."""
-    x = tp * np.asarray(100, tp.dtype)
+    x = tp
+    x *= np.asarray(100, x.dtype)
     x /= n_gt
     q = np.floor(x)
     hit = np.flatnonzero(q == x)
     if hit.size:
-        q.flat[hit] -= _UNREACHED_AT_EXACT[q.flat[hit].astype(np.int64)]
-    first = np.diff(q, axis=0, prepend=np.asarray(-1, q.dtype))
+        qv = q.reshape(-1)  # a view: q is a new contiguous array
+        qv[hit] -= _UNREACHED_AT_EXACT[qv[hit].astype(np.intp)]
+    first = x  # np.diff of q with -1 prepended
+    np.subtract(q[1:], q[:-1], out=first[1:])
+    np.subtract(q[0], -1, out=first[0])
     return first
 
 
 def _desc_order(score: np.ndarray) -> np.ndarray:
-    """Stable descending order of float32 scores (ties by index), via one int64 key sort."""
-    s = np.asarray(score, np.float32) + np.float32(0)  # -0.0 -> +0.0
-    if s.size and s.min() < 0:
+    """Stable descending order of float32 scores (ties, -0.0 with 0.0 included, by index)."""
+    s = np.asarray(score, np.float32)
+    if not s.size or s.min() >= 0:  # scores in [0, 1]: a stable sort of -s
+        return np.argsort(-s, kind="stable")
+    s = s + np.float32(0)  # -0.0 -> +0.0; below: negative scores, or NaN (sorted first)
+    if s.min() < 0:
         return np.argsort(-s.astype(np.float64), kind="stable")
     key = ((~s.view(np.uint32)).astype(np.uint64) << np.uint64(32)) | np.arange(s.size, dtype=np.uint64)
     return (np.sort(key) & np.uint64(0xFFFFFFFF)).astype(np.int64)
@@ -133,17 +179,19 @@ def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.n
     if match.ignored.any():  # on an ignore region: neither TP nor FP, as if absent
         order = order[~match.ignored[order]]
     tp_sorted = match.tp[order]
-    img_sorted = match.pred_image[order]
     n_gt = match.n_gt()
     if not tp_sorted.any():
         npig = n_gt.astype(np.float64) @ Wt
         return np.where(npig > 0, 0.0, np.nan)
-    start = tp_sorted & ~np.r_[False, tp_sorted[:-1]]
+    start = tp_sorted.copy()
+    start[1:] &= ~tp_sorted[:-1]
     runs_before = np.cumsum(start)  # runs started at or before each position
     R = int(runs_before[-1])
     # rows 0..R-1: TPs of each run per image; rows R..2R: FPs after 0..R runs; row 2R: GT
     row = np.where(tp_sorted, runs_before - 1, R + runs_before)
-    A = np.bincount(row * n + img_sorted, minlength=(2 * R + 1) * n).reshape(2 * R + 1, n)
+    row *= n
+    row += match.pred_image[order]
+    A = np.bincount(row, minlength=(2 * R + 1) * n).reshape(2 * R + 1, n)
     np.cumsum(A[:R], axis=0, out=A[:R])
     np.cumsum(A[R:2 * R], axis=0, out=A[R:2 * R])
     A[R:2 * R] += A[:R]  # TP + FP at each run end
@@ -152,13 +200,12 @@ def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.n
     ft = np.float32 if int(A.max(initial=0)) * total < 2**24 else np.float64
     X = A.astype(ft) @ Wt.astype(ft, copy=False)  # exact: integer values below 2**24 (float32) / 2**53
     tp, den, npig = X[:R], X[R:2 * R], X[2 * R]
-    np.maximum(den, 1, out=den)  # TP = 0 whenever TP + FP = 0
+    np.add(den, den == 0, out=den)  # max(den, 1): TP = 0 whenever TP + FP = 0
     pr = np.divide(tp, den, out=den)
-    for r in range(R - 2, -1, -1):  # envelope: running max from the last run end
-        np.maximum(pr[r], pr[r + 1], out=pr[r])
+    _suffix_max(pr)  # envelope: running max from the last run end
     if npig.max() > 2**16:  # keep the recall-threshold arithmetic exact
         tp, npig = tp.astype(np.float64), npig.astype(np.float64)
-    first = _first_reached(tp, np.maximum(npig, 1))
+    first = _first_reached(tp, np.maximum(npig, 1))  # in tp's memory: X is not read again
     ap = np.einsum("rb,rb->b", pr, first, dtype=np.float64) / len(RECALL_THRESHOLDS)
     ap[npig == 0] = np.nan
     return ap
@@ -192,9 +239,11 @@ class Resamples:
 
 def condition_intervals(match: BatchMatch, threshold: float, key: Sequence | None = None,
                         params: BootstrapParams = BootstrapParams(), *, with_ap50: bool = True,
-                        resamples: Resamples | None = None) -> dict[str, tuple[float, float]]:
+                        resamples: Resamples | None = None, counts: np.ndarray | None = None
+                        ) -> dict[str, tuple[float, float]]:
     """Intervals of recall, precision, F1 (at ``threshold``) and AP50 with one shared
-    resampling: drawn from ``rng_for(*key)``, or the given ``resamples``."""
+    resampling: drawn from ``rng_for(*key)``, or the given ``resamples``; ``counts``:
+    ``match.counts(threshold)`` when the caller has it."""
     if resamples is None:
         if key is None:
             raise ValueError("give a key or resamples")
@@ -202,12 +251,15 @@ def condition_intervals(match: BatchMatch, threshold: float, key: Sequence | Non
     elif resamples.n_images != match.n_images:
         raise ValueError(f"resamples cover {resamples.n_images} images, the match {match.n_images}")
     Wt = resamples.weights_t
-    summed = (match.counts(threshold).T.astype(np.float64) @ Wt).T
-    out = _intervals(count_statistics(summed, empty=np.nan), params.percentiles)
+    samples = _ratio_samples(match.counts(threshold) if counts is None else counts, Wt, match.n_images)
+    names = ["recall", "precision", "f1"]
     if with_ap50:
-        samples = _ap50_t(match, Wt, total=match.n_images)
-        dropped = int(np.isnan(samples).sum())
+        ap = _ap50_t(match, Wt, total=match.n_images)
+        dropped = int(np.isnan(ap).sum())
         if dropped:
-            log.info("AP50 bootstrap: %d of %d resamples had no GT box and were left out", dropped, len(samples))
-        out["map50"] = percentile_interval(samples, params.percentiles)
+            log.info("AP50 bootstrap: %d of %d resamples had no GT box and were left out", dropped, len(ap))
+        samples, names = [*samples, ap], [*names, "map50"]
+    out = dict(zip(names, percentile_intervals(samples, params.percentiles, fallback=(0.0, 0.0))))
+    if with_ap50 and dropped == len(ap):  # no resample with a GT box: no interval
+        out["map50"] = NAN_INTERVAL
     return out

@@ -99,10 +99,10 @@ class ConditionScorer:
         self.add(CLEAN, "val_recall", recall(c), n=int(c[:, 0].sum() + c[:, 2].sum()))
         self.add(CLEAN, "val_precision", precision(c), n=int(c[:, 0].sum() + c[:, 1].sum()))
 
-    def _bootstrap(self, config: str, match, n_img: int) -> ConditionBootstrap:
+    def _bootstrap(self, config: str, match, n_img: int, counts: np.ndarray) -> ConditionBootstrap:
         boot = self.params.bootstrap
         res = self._resamples_for(config, n_img) if n_img else self.resamples
-        shared = functools.partial(condition_intervals, match, self.thr, params=boot, resamples=res)
+        shared = functools.partial(condition_intervals, match, self.thr, params=boot, resamples=res, counts=counts)
         counts = functools.partial(_count_intervals, key=(*self.key, config, "image"), percentiles=boot.percentiles,
                                    weights=res.weights_t)
         return ConditionBootstrap(res.weights_t, self.key, boot.n_resamples, boot.percentiles, shared, counts)
@@ -113,11 +113,12 @@ class ConditionScorer:
         config, m = score.config, score.match
         is_clean = config == CLEAN
         kind = CLEAN if is_clean else self.index.meta(config).get("kind")
+        counts = m.counts(self.thr)
         return ConditionContext(
             track=self.track, source=self.source, config=config, kind=kind, threshold=self.thr,
-            counts=m.counts(self.thr), match=m, gt=score.gt, coco=score.coco(self.params.max_dets),
+            counts=counts, match=m, gt=score.gt, coco=score.coco(self.params.max_dets),
             clean=None if is_clean else self.contexts[CLEAN], paired=is_clean or clean is not None,
-            silent=self.params.silent, bootstrap=self._bootstrap(config, m, len(score.dets)))
+            silent=self.params.silent, bootstrap=self._bootstrap(config, m, len(score.dets), counts))
 
     def score_config(self, score, clean) -> None:
         """Rows of every registered per-condition metric of one config; ``clean`` is the

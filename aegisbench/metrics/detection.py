@@ -21,7 +21,7 @@ import numpy as np
 
 from aegisbench.geometry import box_area as _area
 from aegisbench.geometry import pair_iou
-from aegisbench.stats import percentile_interval, resample_indices
+from aegisbench.stats import percentile_intervals, resample_indices
 
 if TYPE_CHECKING:  # annotations only: metrics do not import the evaluation package
     from aegisbench.evaluation.matching import BatchMatch
@@ -195,4 +195,4 @@ def effectiveness_interval(baseline_counts, adversary_counts, n_frames, key: Seq
     """Percentile bootstrap of S over environments (resampled with replacement)."""
     terms = _eff_terms(baseline_counts, adversary_counts, n_frames)
     idx = resample_indices(len(terms), key, n_resamples)
-    return percentile_interval(terms[idx].mean(axis=1), percentiles)
+    return percentile_intervals([terms[idx].mean(axis=1)], percentiles)[0]

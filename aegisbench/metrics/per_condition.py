@@ -212,9 +212,9 @@ def effectiveness_of(ctx: ConditionContext) -> dict | None:
         if not len(env):
             return None
         b, a, n = ctx.clean.counts[env, 0], ctx.counts[env, 0], n_gt[env]
-        boot = ctx.bootstrap
-        lo, hi = D.effectiveness_interval(b, a, n, (*boot.key, ctx.config, "effectiveness"), boot.n_resamples,
-                                          boot.percentiles)
+        boot = ctx.bootstrap  # None: no interval
+        lo, hi = (None, None) if boot is None else D.effectiveness_interval(
+            b, a, n, (*boot.key, ctx.config, "effectiveness"), boot.n_resamples, boot.percentiles)
         boxes = ctx.clean.gt.boxes
         levels = [D.size_band(float(np.median((boxes[i][:, 2] - boxes[i][:, 0]) * (boxes[i][:, 3] - boxes[i][:, 1]))))
                   for i in env]
