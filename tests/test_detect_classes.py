@@ -44,7 +44,7 @@ def models(tmp_path_factory):
 
 def _detect(repo, weights, out, track="sar", *extra):
     return main(["detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(repo),
-                 "--track", track, "--out", str(out), *FAST, *extra])
+                 "--track", track, "--out", str(out), "--team", "test team", *FAST, *extra])
 
 
 def _framework(weights, classes):

@@ -65,7 +65,7 @@ head:
 
 def _detect(env, out, track="sar", *extra, weights="tiny.pt", detector="yolo"):
     return main(["detect", "--detector", detector, "--weights", str(env / weights), "--dataset",
-                 str(env / "repo"), "--track", track, "--out", str(out), *FAST, *extra])
+                 str(env / "repo"), "--track", track, "--out", str(out), "--team", "test team", *FAST, *extra])
 
 
 # ------------------------------------------------------------------ adapters
@@ -235,7 +235,7 @@ def test_detect_bad_input_exits_2_and_writes_nothing(env, tmp_path, capsys, case
         shard.write_bytes(shard.read_bytes()[:-10] + b"0123456789")
     subs = tmp_path / "submissions"
     rc = main(["detect", "--detector", args["detector"], "--weights", str(env / args["weights"]), "--dataset",
-               str(repo), "--track", args["track"], "--out", str(subs / "x"), *FAST, *args["extra"]])
+               str(repo), "--track", args["track"], "--out", str(subs / "x"), "--team", "t", *FAST, *args["extra"]])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("aegisbench detect: error:")
     assert not subs.exists()

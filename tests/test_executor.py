@@ -256,7 +256,7 @@ def test_unreachable_ray_address_is_one_line(tmp_path, monkeypatch, capsys):
 
 def test_detect_and_evaluate_reject_bad_executor(tmp_path, capsys):
     rc = main(["detect", "--detector", "yolo", "--weights", "w.pt", "--dataset", str(tmp_path / "none"),
-               "--track", "sar", "--out", str(tmp_path / "sub"), "--executor", "foo"])
+               "--track", "sar", "--out", str(tmp_path / "sub"), "--team", "t", "--executor", "foo"])
     err = capsys.readouterr().err
     assert rc == 2 and "--executor: unknown executor 'foo'" in err and len(err.strip().splitlines()) == 1
     rc = main(["evaluate", str(tmp_path / "sub"), "--dataset", str(tmp_path / "none"), "--workers", "0"])

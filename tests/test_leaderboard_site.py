@@ -159,8 +159,8 @@ class HeatReader(HTMLParser):
             self.table = self.tables.setdefault(a["id"], {})
             self.order[a["id"]], self.cols[a["id"]] = [], {}
             self.tid = a["id"]
-        elif tag == "th" and self.table is not None and "data-col" in a and "title" in a:
-            self.cols[self.tid][a["title"].split(" · ")[0]] = a["data-col"]
+        elif tag == "th" and self.table is not None and "data-col" in a and "data-config" in a:
+            self.cols[self.tid][a["data-config"]] = a["data-col"]
         elif tag == "tr" and self.table is not None and "data-submission" in a:
             self.sub = self.table.setdefault(a["data-submission"], {})
             self.order[self.tid].append(a["data-submission"])

@@ -163,7 +163,7 @@ def test_ray_data_detect_equals_local_detect(tiny, weights, tmp_path, capsys):
 def test_cli_detect_on_ray(tiny, weights, tmp_path, capsys):
     root, _ = tiny
     common = ["detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(root / "ref"),
-              "--track", "sar", "--batch", "4", "--frames-per-batch", "3", "--no-progress", "--name", "tiny"]
+              "--track", "sar", "--batch", "4", "--frames-per-batch", "3", "--no-progress", "--name", "tiny", "--team", "test team"]
     assert main([*common, "--out", str(tmp_path / "local")]) == 0
     rc = main([*common, "--out", str(tmp_path / "ray"), "--executor", "ray", "--device", "auto"])
     assert rc == 0, capsys.readouterr().err

@@ -177,6 +177,17 @@ def _declared_configs(configs: dict) -> tuple[list[dict], list[dict]]:
     return entries, info
 
 
+def corruption_model_text(name: str) -> str:
+    """The physical model of a corruption in one paragraph: the registry's summary, then
+    the body of its function's docstring (the card and the leaderboard's gallery show it)."""
+    from aegisbench.corruptions import get_spec
+
+    spec = get_spec(name)
+    doc = inspect.getdoc(spec.fn) or ""
+    body = " ".join(line.strip() for line in doc.splitlines()[1:] if line.strip())
+    return " ".join(x for x in (spec.summary, body) if x)
+
+
 def condition_notes(manifest: dict) -> list[str]:
     """"Conditions" section: each corruption's model (its docstring) and ladder targets."""
     from aegisbench.corruptions import get_spec
@@ -189,10 +200,8 @@ def condition_notes(manifest: dict) -> list[str]:
            "of one image statistic on the calibration sample (`aegisbench calibrate`).", ""]
     for name in used:
         spec = get_spec(name)
-        doc = inspect.getdoc(spec.fn) or ""
-        body = " ".join(line.strip() for line in doc.splitlines()[1:] if line.strip())
         targets = " / ".join(f"{t:g}" for t in spec.targets)
-        text = " ".join(x for x in (spec.summary, body) if x)
+        text = corruption_model_text(name)
         out.append(f"- `{name}` ({spec.family}): {text} Ladder: `{spec.statistic}` "
                    f"targets {targets} (s1 / s2 / s3), parameter `{spec.fit_param}`. "
                    f"Sensors: {', '.join(spec.modalities)} ({spec.modality_note.rstrip('.')}).")

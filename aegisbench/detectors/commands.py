@@ -16,6 +16,7 @@ from aegisbench.errors import BadInput
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
 log = logging.getLogger(__name__)
+REFERENCE_TEAM = "AegisBench reference"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
     p.add_argument("--name", help="submission name (default: the folder name)")
     p.add_argument("--model", help="model description (default: detector and weights file)")
-    p.add_argument("--team", default="AegisBench")
+    p.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
+                   "unless --reference")
+    p.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
+                   f"team defaults to {REFERENCE_TEAM!r}")
     p.add_argument("--contact", default="n/a")
     p.add_argument("--license", default="MIT")
     p.add_argument("--description", default="Predictions written by aegisbench detect.")
@@ -123,10 +127,14 @@ def cmd_detect(args) -> int:
     if not SUBMISSION_ID.fullmatch(out.name):  # validate and evaluate take the folder name as the id
         raise BadInput("the folder name is the submission id: 1 to 64 ASCII letters, digits, '.', '_' or '-', "
                        "starting with a letter or digit", where=str(out)[:200])
+    team = args.team if args.team is not None else REFERENCE_TEAM if args.reference else None
+    if team is None or not team.strip():
+        raise BadInput("--team is required: who made the model (only a reference row of the pipeline, "
+                       "--reference, goes without)", where="--team")
     run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers,
                      progress=not args.no_progress, overwrite=args.overwrite)
     info = SubmissionInfo(name=args.name or out.name, model=args.model or f"{args.detector}:{Path(args.weights).name}",
-                          team=args.team, contact=args.contact, license=args.license, description=args.description)
+                          team=team, contact=args.contact, license=args.license, description=args.description)
 
     def check(manifest: dict) -> None:
         track_splits(manifest, args.track)

@@ -80,6 +80,10 @@ def provenance(sub, index, params, artefacts: list[str], **track_fields) -> dict
         "params": params.as_dict(), "params_sha256": params.digest(),
         "prediction_form": sub.form, "submission_files": sub.files, "artefacts": artefacts,
     }
+    if m.metadata:  # what the model is (paper, code, ...): shown and sortable on the leaderboard
+        common["metadata"] = dict(m.metadata)
+    if m.weights_sha256:  # the weights `detect` ran: with a pipeline run, the row is "verified"
+        common["weights_sha256"] = m.weights_sha256
     overlap = set(common) & set(track_fields)
     if overlap:
         raise ValueError(f"track provenance fields {sorted(overlap)} would overwrite common fields")

@@ -16,6 +16,9 @@ model's own class names) is refused. Optionally ``warp_patch.parquet`` (smoke tr
 Every ``(config, split)`` of the track must have predictions, including the clean
 ``<source>_val`` splits; a model that found nothing in a split says so with
 ``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
+Optional model metadata (``paper``, ``code``, ``architecture``, ``parameters``,
+``training_data``, ``date``; :mod:`aegisbench.evaluation.metadata`) is checked here and
+carried into the provenance: a malformed URL or date is a problem like any other.
 Nothing is ever unpickled: YAML is read with ``safe_load``, Parquet with pyarrow
 (no pandas metadata), JSON with :mod:`json`. A threshold-like key anywhere in
 ``submission.yaml`` or a threshold column is refused: the evaluator freezes the threshold
@@ -40,6 +43,7 @@ from aegisbench.fields import Range, check_fields
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.formats import (YOLO_FIELDS, check_labels, parse_coco, parse_parquet, parse_yolo_file,
                                            read_coco_table)
+from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_weights_sha256
 from aegisbench.evaluation.intake import submission_files, submission_id, threshold_key_paths
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
@@ -99,6 +103,10 @@ class SubmissionMeta:
     dataset_digest: str
     no_detections: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False)
+    # the optional model metadata (paper, code, architecture, parameters, training_data, date),
+    # checked by aegisbench.evaluation.metadata; and the weights hash `detect` recorded
+    metadata: dict = field(default_factory=dict, compare=False)
+    weights_sha256: str | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,10 +166,21 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
     if isinstance(nd, str) or not isinstance(nd, list) or not all(isinstance(x, str) for x in nd):
         problems.add(where, None, "no_detections", "must be a list of 'config' or 'config/split' strings")
         nd = []
+    metadata, bad = check_metadata(raw)
+    for key, why in bad:
+        problems.add(where, None, key, why)
+    detector = raw.get("detector")
+    weights = None
+    try:
+        weights = check_weights_sha256(detector.get("weights_sha256") if isinstance(detector, dict) else None)
+    except ValueError as exc:
+        problems.add(where, None, "detector.weights_sha256", str(exc))
     if track is None:
         return None
-    extra = {k: v for k, v in raw.items() if k not in REQUIRED_FIELDS and k != "no_detections"}
-    return SubmissionMeta(**{k: vals.get(k, "") for k in REQUIRED_FIELDS}, no_detections=tuple(nd), extra=extra)
+    extra = {k: v for k, v in raw.items() if k not in REQUIRED_FIELDS and k != "no_detections"
+             and k not in METADATA_FIELDS}
+    return SubmissionMeta(**{k: vals.get(k, "") for k in REQUIRED_FIELDS}, no_detections=tuple(nd), extra=extra,
+                          metadata=metadata, weights_sha256=weights)
 
 
 def declared_empty(meta: SubmissionMeta, keys: list[tuple[str, str]], where: str, problems: Problems

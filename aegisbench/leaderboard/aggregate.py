@@ -274,14 +274,16 @@ class Board:
     expect: Expectation
     attachments: dict  # submission -> {file name: bytes} (e.g. the evaluator's calibration.png)
     references: tuple[str, ...] = ()  # merged submissions marked as reference (listed first, the default row)
+    test_images: tuple[tuple[str, int], ...] = ()  # (source, clean test images) of the dataset: a smoke test?
 
 
 def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expect: Expectation,
-                references: Collection[str] = ()) -> Board:
+                references: Collection[str] = (), test_images: dict[str, int] | None = None) -> Board:
     """Assemble the long table and all derived views (pure).
 
     ``references``: submission ids to mark as reference; ids not among ``entries`` are ignored
-    here (the caller reports them).
+    here (the caller reports them). ``test_images``: clean test images per source of the
+    dataset (the page says when it is a smoke test on tiny data).
     """
     merged = {e.folder for e in entries}
     refs = tuple(sorted(set(references) & merged))
@@ -290,4 +292,5 @@ def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expe
                  drops=relative_drop(long), ranks=rank_view(long),
                  provenance={e.folder: dict(e.provenance) for e in sorted(entries, key=lambda e: e.folder)},
                  skipped=tuple(sorted(skipped, key=lambda s: s.folder)), expect=expect,
-                 attachments={e.folder: dict(e.attachments) for e in entries if e.attachments})
+                 attachments={e.folder: dict(e.attachments) for e in entries if e.attachments},
+                 test_images=tuple(sorted((test_images or {}).items())))

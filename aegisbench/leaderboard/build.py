@@ -35,7 +35,7 @@ from aegisbench.leaderboard.aggregate import Board, build_board
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
 from aegisbench.leaderboard.markdown import render_markdown
 from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
-                                            current_evaluator_version)
+                                            current_evaluator_version, test_images)
 from aegisbench.leaderboard.site import render_site
 from aegisbench.vocab import FIRESPREAD
 
@@ -61,9 +61,10 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
+def write_board(board: Board, out: Path, firespread=None, preview: str | Path | None = None) -> list[Path]:
     """Write every output of ``board`` under ``out`` (which must be empty or new);
-    ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None."""
+    ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None;
+    ``preview``: the preview stage's folder (the page's condition gallery) or None."""
     files = []
     if firespread is not None:
         for name, data in firespread.files().items():
@@ -79,7 +80,7 @@ def write_board(board: Board, out: Path, firespread=None) -> list[Path]:
     atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out / "README.md", render_markdown(board, firespread_report=firespread is not None))
     files += [out / "skipped.json", out / "README.md"]
-    files += render_site(board, out / "site", firespread=firespread)
+    files += render_site(board, out / "site", firespread=firespread, preview=preview)
     return files
 
 
@@ -116,12 +117,15 @@ def _references(references) -> tuple[str, ...]:
 
 def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
                       evaluator_version: str | None = None, references=(),
-                      metrics: str | Path | None = None, plots: str | Path | None = None) -> BuildReport:
+                      metrics: str | Path | None = None, plots: str | Path | None = None,
+                      preview: str | Path | None = None) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
 
     ``references``: submission ids of the reference detector(s), listed first and marked;
     ids not among the merged results are logged and reported (not an error).
     ``metrics`` / ``plots``: also write the DVC metrics JSON / severity-curve folder.
+    ``preview``: the ``preview`` stage's folder; its corruption grids become the page's
+    condition gallery (one thumbnail per condition of the same frame).
     """
     refs = _references(references)
     check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
@@ -130,20 +134,20 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
         for path in (out, metrics, plots):
             if path is not None:
                 clean_leftovers(path)
-        return _build(results, dataset, out, evaluator_version, refs, metrics, plots)
+        return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview)
 
 
-def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots) -> BuildReport:
+def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect)
-    board = build_board(entries, skipped, expect, references=refs)
+    board = build_board(entries, skipped, expect, references=refs, test_images=test_images(dataset))
     missing = tuple(r for r in refs if r not in board.references)
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
     firespread = _firespread_report(board, results, dataset)
     with staged_dir(out) as staging:
-        files = write_board(board, staging, firespread)
+        files = write_board(board, staging, firespread, preview)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
     metrics_path = write_metrics(board, metrics) if metrics is not None else None

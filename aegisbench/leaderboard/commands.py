@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plots", default=None, metavar="DIR",
                    help="also rebuild DIR with severity curves for `dvc plots show` (template `severity`): "
                         "one CSV per track, source and corruption, columns model,severity,value,lo,hi")
+    p.add_argument("--preview", default=None, metavar="DIR",
+                   help="the preview stage's folder (data/preview): its corruption grids become the page's "
+                        "condition gallery, one thumbnail per condition of the same frame (default: no gallery)")
     p.add_argument("--strict", action="store_true",
                    help="exit 2 if any results folder was skipped or a --reference has no merged results")
     p.set_defaults(func=cmd_leaderboard)
@@ -39,7 +42,8 @@ def cmd_leaderboard(args) -> int:
     from aegisbench.leaderboard.build import build_leaderboard
 
     report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
-                               references=args.reference, metrics=args.metrics, plots=args.plots)
+                               references=args.reference, metrics=args.metrics, plots=args.plots,
+                               preview=args.preview)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
     # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;

@@ -356,6 +356,18 @@ def current_dataset_digest(dataset_dir: str | Path) -> str:
     return digest
 
 
+def test_images(dataset_dir: str | Path) -> dict[str, int]:
+    """Clean test images per detection source of the dataset repo (its manifest's ``clean``
+    config; ``<source>_val`` splits left out); empty when the manifest declares no configs."""
+    path = Path(dataset_dir) / "manifest.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        splits = doc["configs"][CLEAN]["splits"]
+        return {name: int(info["rows"]) for name, info in sorted(splits.items()) if not name.endswith("_val")}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
 def current_evaluator_version() -> str:
     """The evaluator's version string (``aegisbench.evaluation.EVALUATOR_VERSION`` if defined)."""
     import aegisbench

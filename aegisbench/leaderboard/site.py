@@ -22,12 +22,14 @@ import polars as pl
 import aegisbench
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
+from aegisbench.leaderboard.gallery import gallery_view
 from aegisbench.leaderboard.plots import series_key, severity_curves_svg
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
-                                           description, family_cells, floor_rows, fmt_interval, fmt_value,
-                                           glossary, heat_colour, is_collapse, is_count, label, rank_groups,
+                                           better, description, family_cells, floor_rows, fmt_interval, fmt_value,
+                                           glossary, heading, heat_colour, is_collapse, is_count, label, rank_groups,
                                            sections, slug)
+from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_weights_sha256
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FAMILIES, FIRESPREAD
 
@@ -62,43 +64,37 @@ def heat_columns(conds: list[dict], first_col: int = 2) -> list[list[dict]]:
         run = list(run)
         if name == CLEAN:
             rows[0].append({"text": CLEAN, "colspan": len(run), "rowspan": 3, "cls": "h-clean",
-                            "col": col[CLEAN], "title": CLEAN})
+                            "col": col[CLEAN], "config": CLEAN})
             continue
         rows[0].append({"text": name, "colspan": len(run), "rowspan": 1, "cls": f"h-fam fam-{slug(name)}"})
         for cname, crun in groupby(run, key=corr):
             crun = list(crun)
             rows[1].append({"text": cname, "colspan": len(crun), "rowspan": 1, "cls": "h-corr"})
             rows[2] += [{"text": f"s{c['severity']}" if c["severity"] else c["config"], "colspan": 1,
-                         "rowspan": 1, "cls": "h-sev", "title": c["config"], "col": col[c["config"]]}
+                         "rowspan": 1, "cls": "h-sev", "config": c["config"], "col": col[c["config"]]}
                         for c in crun]
     return rows
 
 
 def _cell(section: Section, sub: str, cond: dict, metric: str, floor_at: set) -> dict:
+    """One heat-map cell: everything it says is visible text (no hover-only title)."""
     c = section.cell(sub, cond["config"], metric)
     if c is None:
         return {"text": "—", "ci": "", "bg": "#f4f4f4", "fg": "#888888", "cls": "missing", "v": "",
-                "config": cond["config"], "title": f"{cond['config']}: not evaluated", "marks": ""}
+                "config": cond["config"], "n": "", "marks": ""}
     collapse = is_collapse(metric, c["value"], c["lo"], c["hi"])
     bg, fg = heat_colour(section, metric, c["value"], collapse)
     silent = section.silent(sub, cond["config"])
     cls = " ".join(k for k, on in (("collapse", collapse), ("silent", silent),
                                     ("floor", cond["config"] in floor_at), ("na", c["value"] is None)) if on)
-    ci = fmt_interval(metric, c["lo"], c["hi"])
-    n = f", n={c['n']}" if c["n"] is not None else ""
     text = fmt_value(metric, c["value"], c.get("note"))
-    title = f"{cond['config']} · {label(metric, section.track)} " + " ".join(t for t in (text, ci) if t) + n
-    if collapse:
-        title += " · collapse"
-    if silent:
-        title += " · silent failure"
     if c["value"] is None:  # "n/a" on top, its reason below (the title holds "n/a (reason)")
         text, short_ci = NA, (f"({c['note']})" if c.get("note") else "")
     else:
         short_ci = fmt_interval(metric, c["lo"], c["hi"], compact=True)
     return {"text": text, "ci": short_ci,
             "bg": bg, "fg": fg, "cls": cls, "v": "" if c["value"] is None else repr(c["value"]),
-            "config": cond["config"], "title": title,
+            "config": cond["config"], "n": "" if c["n"] is None else str(c["n"]),
             "marks": ("⊘" if collapse else "") + ("⚠" if silent else "")}
 
 
@@ -113,16 +109,13 @@ def _heat(board: Board, section: Section, metric: str) -> dict:
     ranks = {}
     for cond, groups in rank_groups(board, section, metric):
         for g in groups:
-            names = ", ".join(r["model"] for r in g)
             for r in g:
                 ranks[(r["submission"], cond["config"])] = {
-                    "text": f"{r['rank']}{'=' if len(g) > 1 else ''}", "tied": len(g) > 1,
-                    "title": f"{cond['config']}: " + (f"tied with {names} (intervals overlap)" if len(g) > 1
-                                                      else f"rank {r['rank']}, interval disjoint from the rest")}
+                    "text": f"{r['rank']}{'=' if len(g) > 1 else ''}", "tied": len(g) > 1}
     rank_rows = [{"m": m, "cells": [ranks.get((m.submission, c["config"])) for c in section.conditions]}
                  for m in section.models] if ranks and len(section.models) > 1 else []
     return {"id": f"heat-{section.anchor}-{slug(metric)}", "rows": rows, "stops": colour_stops(metric),
-            "rank_rows": rank_rows, "width": len(section.conditions) + 2,
+            "rank_rows": rank_rows, "width": len(section.conditions) + 1 + has_threshold(section),
             "sqrt": is_count(metric),
             "lo": fmt_value(metric, lo), "hi": fmt_value(metric, hi), "sign": sign,
             "worst": fmt_value(metric, hi if sign == -1 else lo), "best": fmt_value(metric, lo if sign == -1 else hi)}
@@ -149,8 +142,7 @@ def _families(board: Board, section: Section, metric: str) -> dict | None:
             bg, fg = heat_colour(section, metric, r["mean"])
             out.append({"mean": fmt_value(metric, r["mean"]), "range": f"{fmt_value(metric, r['min'])}–"
                         f"{fmt_value(metric, r['max'])}", "bg": bg, "fg": fg, "v": repr(r["mean"]),
-                        "title": f"mean of {r['n_conditions']}: {r['over']}"
-                        + (f" · worst {r['worst_config']}" if r["worst_config"] else "")})
+                        "worst": r["worst_config"] or ""})
         rows.append({"m": m, "cells": out})
     return {"heads": heads, "spans": spans, "rows": rows}
 
@@ -179,14 +171,71 @@ def section_view(board: Board, section: Section, plots: dict) -> dict:
         panels = []
         for metric in metrics:
             panels.append({"metric": metric, "slug": slug(metric), "label": label(metric, section.track),
+                           "heading": heading(metric, section.track), "better": better(metric),
                            "description": description(metric),
                            "heat": _heat(board, section, metric), "families": _families(board, section, metric),
                            "floor": _floor(board, section, metric),
                            "curve": plots.get((section.anchor, metric))})
         groups.append({"index": gi, "title": title, "panels": panels})
-    return {"s": section, "anchor": section.anchor, "columns": heat_columns(list(section.conditions)),
+    return {"s": section, "anchor": section.anchor, "thr": has_threshold(section),
+            "detection": section.track != FIRESPREAD,
+            "columns": heat_columns(list(section.conditions), first_col=1 + has_threshold(section)),
             "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section),
             "strata": strata_tables(board, section)}
+
+
+def has_threshold(section: Section) -> bool:
+    """Whether the section's models have frozen thresholds (detection; fire spread has none:
+    no τ column there)."""
+    return any(m.threshold is not None for m in section.models)
+
+
+SMOKE_TEST_IMAGES = 10  # fewer clean test images than this per source: a smoke test, not a benchmark
+STATUS_NOTE = ("verified: run by the pipeline (a reference row of the leaderboard stage) from weights whose "
+               "SHA-256 the submission records; self-reported: predictions uploaded by the submitter, "
+               "scored here but not reproduced")
+META_COLUMNS = [(k, k.replace("_", " ")) for k in METADATA_FIELDS]  # (field, column title), submission.yaml's order
+
+
+def smoke_test(board: Board) -> str | None:
+    """The banner of a page built on tiny data (``aegisbench run --fast``), else None."""
+    sizes = dict(board.test_images)
+    if not sizes or max(sizes.values()) >= SMOKE_TEST_IMAGES:
+        return None
+    each = ", ".join(f"{n} {src}" for src, n in sizes.items())
+    return (f"Smoke test on tiny data, not a benchmark result: {each} clean test image(s) per source "
+            f"(fewer than {SMOKE_TEST_IMAGES}; the fast variant, aegisbench run --fast). The numbers show that "
+            "the pipeline runs end to end; zeros and wide intervals here say nothing about the models.")
+
+
+def model_info(board: Board, sub: str) -> dict:
+    """Status (verified / self-reported) and the model metadata of one submission, checked
+    again here (provenance.json is an input like any other: a bad field is shown as absent)."""
+    prov = board.provenance[sub]
+    meta = prov.get("metadata")
+    clean, bad = check_metadata(meta) if isinstance(meta, dict) else ({}, [])
+    for key, why in bad:
+        log.warning("%s: provenance metadata.%s %s: not shown", sub, key, why)
+    try:
+        weights = check_weights_sha256(prov.get("weights_sha256"))
+    except ValueError as exc:
+        log.warning("%s: provenance %s: not verified", sub, exc)
+        weights = None
+    verified = sub in board.references and weights is not None
+    params = clean.get("parameters")
+    return {"verified": verified, "status": "verified" if verified else "self-reported",
+            "weights": weights or "", **{k: clean.get(k, "") for k in METADATA_FIELDS},
+            "parameters_text": "" if params is None else f"{params / 1e6:.2f} M" if params >= 10**5 else f"{params:,}",
+            "parameters_v": "" if params is None else str(params)}
+
+
+def models_view(board: Board) -> list[dict]:
+    """One row per merged submission for the sortable model table (reference rows first)."""
+    refs = set(board.references)
+    subs = sorted(board.provenance, key=lambda s: (s not in refs, board.provenance[s]["model"].casefold(), s))
+    return [{"sub": s, "model": board.provenance[s]["model"], "team": board.provenance[s]["team"],
+             "track": board.provenance[s]["track"], "page": f"models/{slug(s)}.html", "reference": s in refs,
+             "info": model_info(board, s)} for s in subs]
 
 
 def collapses(section: Section) -> list[dict]:
@@ -225,23 +274,24 @@ def _model_view(board: Board, secs: list[Section], sub: str) -> dict:
                 cells.append(cell)
             table.append({"c": c, "cells": cells})
         floors = {metric: floor_rows(board, section, metric).get(sub) for metric in metrics}
-        parts.append({"s": section, "m": row, "metrics": [{"metric": m, "label": label(m, section.track),
-                                                          "description": description(m)} for m in metrics],
-                      "table": table, "floors": [{"label": label(k, section.track), "floor": fmt_value(k, v["floor"]),
+        parts.append({"s": section, "m": row, "thr": has_threshold(section),
+                      "metrics": [{"metric": m, "label": label(m, section.track), "heading": heading(m, section.track),
+                                   "description": description(m)} for m in metrics],
+                      "table": table, "floors": [{"label": heading(k, section.track), "floor": fmt_value(k, v["floor"]),
                                                  "ci": fmt_interval(k, v["lo"], v["hi"]), "at": v["at"],
                                                  CLEAN: fmt_value(k, v[CLEAN])}
                                                 for k, v in floors.items() if v]})
     provenance = [{"key": k, "value": v if isinstance(v, str) else json.dumps(v, sort_keys=True, indent=1)}
                   for k, v in sorted(prov.items())]
     return {"sub": sub, "prov": prov, "provenance": provenance, "parts": parts, "strata": _strata(board, sub),
-            "reference": sub in board.references}
+            "reference": sub in board.references, "info": model_info(board, sub)}
 
 
 def _strata(board: Board, sub: str) -> list[dict]:
     """The rows beyond the headline cells (per frame, per stratum), in the long table's order."""
     extra = board.long.filter((pl.col("submission") == sub) & ~is_headline())
     return [{"source": r["source"], "config": r["config"], "stratum": r["stratum"] or "",
-             "t": "" if r["t"] is None else r["t"], "metric": r["metric"],
+             "t": "" if r["t"] is None else r["t"], "metric": heading(r["metric"], r["track"]),
              "value": fmt_value(r["metric"], r["value"], r["note"]),
              "ci": fmt_interval(r["metric"], r["lo"], r["hi"]), "n": "" if r["n"] is None else r["n"]}
             for r in extra.iter_rows(named=True)]
@@ -260,9 +310,10 @@ def _firespread_view(report, out: Path, written: list[Path]) -> dict | None:
     return {"figure": name, "peaks": peaks, "tables": table_views(report)}
 
 
-def render_site(board: Board, out: str | Path, firespread=None) -> list[Path]:
+def render_site(board: Board, out: str | Path, firespread=None, preview: str | Path | None = None) -> list[Path]:
     """Write index.html, models/*.html and plots/*.svg under ``out``; return the files written.
-    ``firespread``: the fire-spread report, shown in the fire-spread section."""
+    ``firespread``: the fire-spread report, shown in the fire-spread section; ``preview``:
+    the preview stage's folder (condition gallery thumbnails under ``gallery/``)."""
     out = Path(out)
     env = environment()
     secs = sections(board)
@@ -283,11 +334,15 @@ def render_site(board: Board, out: str | Path, firespread=None) -> list[Path]:
         v[FIRESPREAD] = fs_view if v["s"].track == FIRESPREAD else None
     metrics_css = [(v["anchor"], g["index"], p["slug"], i == 0)
                    for v in views for g in v["groups"] for i, p in enumerate(g["panels"])]
+    used = set(board.long.filter(pl.col("corruption").is_not_null())["corruption"].unique().to_list())
+    gallery = gallery_view(preview, out, used, written)
     common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
-              "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK}
+              "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK,
+              "smoke_test": smoke_test(board), "status_note": STATUS_NOTE}
     html = env.get_template("leaderboard_index.html.j2").render(
         sections=views, skipped=board.skipped, n_results=len(board.provenance), metrics_css=metrics_css,
-        glossary=glossary({m for s in secs for m in s.metrics}), root="", **common)
+        glossary=glossary({m for s in secs for m in s.metrics}), root="", models=models_view(board),
+        meta_fields=META_COLUMNS, gallery=gallery, **common)
     atomic_write_text(out / "index.html", html)
     written.append(out / "index.html")
     for sub in sorted(board.provenance):

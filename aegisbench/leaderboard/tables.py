@@ -9,8 +9,10 @@ both renderers agree.
 ('0.745', '655', '[0.000, 0.000]')
 >>> fmt_value("precision", None, "0/0"), fmt_value("recall", None, "not physical for thermal")
 ('n/a (0/0)', 'n/a (not physical for thermal)')
->>> fmt_interval("recall", 0.7, 0.79, compact=True)
-'.70–.79'
+>>> fmt_interval("recall", 0.7, 0.79, compact=True), fmt_value("brier", -0.0004)
+('.70–.79', '0.000')
+>>> heading("fp")
+'FP count (boxes; lower is better)'
 """
 
 from __future__ import annotations
@@ -87,6 +89,31 @@ def description(metric: str) -> str:
     return "" if spec is None else spec.description
 
 
+BETTER = {1: "higher is better", -1: "lower is better", None: "no better direction"}
+
+
+def better(metric: str) -> str:
+    """The registered direction in words: ``higher is better`` / ``lower is better``
+    (``no better direction`` for an unordered or unregistered metric)."""
+    return BETTER[direction(metric)]
+
+
+def unit(metric: str) -> str:
+    """The registered unit ('' when the metric has none or is not registered)."""
+    spec = REGISTRY.get(metric)
+    return "" if spec is None else spec.unit
+
+
+def heading(metric: str, track: str | None = None) -> str:
+    """Label, unit and direction in one line, all from the registry:
+    ``False positives (count; lower is better)``."""
+    text = label(metric, track)
+    u = unit(metric)
+    parts = [x for x in (u if u and f"({u})" not in text and f" {u} " not in f"{text} " else "",
+                         "" if "better" in text else better(metric)) if x]
+    return f"{text} ({'; '.join(parts)})" if parts else text
+
+
 NA = "n/a"
 
 
@@ -96,7 +123,8 @@ def fmt_value(metric: str, value: float | None, note: str | None = None) -> str:
         return f"{NA} ({note})" if note else NA
     if is_count(metric):
         return f"{value:.0f}"
-    return f"{value:.3f}" if abs(value) < 100 else f"{value:.1f}"
+    # round first and add 0.0: a value that rounds to zero never prints as "-0.000"
+    return f"{round(value, 3) + 0.0:.3f}" if abs(value) < 100 else f"{round(value, 1) + 0.0:.1f}"
 
 
 def fmt_interval(metric: str, lo: float | None, hi: float | None, compact: bool = False) -> str:
@@ -107,7 +135,7 @@ def fmt_interval(metric: str, lo: float | None, hi: float | None, compact: bool 
             return f"{lo:.0f}–{hi:.0f}"
         if lo == 0 and hi == 0:
             return "[0, 0]"
-        return "–".join(re.sub(r"^(-?)0\.", r"\1.", f"{x:.2f}") for x in (lo, hi))
+        return "–".join(re.sub(r"^(-?)0\.", r"\1.", f"{round(x, 2) + 0.0:.2f}") for x in (lo, hi))
     return f"[{fmt_value(metric, lo)}, {fmt_value(metric, hi)}]"
 
 

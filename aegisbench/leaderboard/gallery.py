@@ -1,0 +1,100 @@
+"""The condition gallery of the leaderboard page: what each condition looks like and what
+it models.
+
+For every corruption: one thumbnail per severity (and the clean frame) of the same frame,
+cut from the ``preview`` stage's corruption grid (``<preview>/<source>_grid.png``, written
+by :func:`aegisbench.corruptions.preview.preview_grid`: a header row, then one row per
+corruption in registry order, columns clean, s1, s2, s3), its physical model (the
+registry's summary and the docstring of its function) and the declared statistic with
+its target and the fitted parameter at each severity. A grid whose size does not match
+that layout is refused (BadInput naming it): it was not written by this code.
+
+>>> describe("low_light")["ladder"][0]["target"]
+'0.2355'
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from aegisbench.atomic import atomic_write_bytes
+from aegisbench.builders.card import corruption_model_text
+from aegisbench.corruptions.registry import SEVERITIES, get_spec, names
+from aegisbench.errors import BadInput
+from aegisbench.vocab import CLEAN, severity_key
+
+log = logging.getLogger(__name__)
+# the layout of preview_grid: label column, header row, gap before every tile
+LABEL_W, LABEL_H, GAP = 130, 22, 2
+GRID_SUFFIX = "_grid.png"
+
+
+def describe(name: str) -> dict:
+    """Family, model text, sensors, statistic and its declared ladder (target and fitted
+    parameter per severity) of one corruption, from the corruption registry."""
+    spec = get_spec(name)
+    ladder = [{"severity": severity_key(s), "target": f"{t:g}",
+               "param": f"{getattr(spec.severities[s], spec.fit_param):g}" if s in spec.severities else ""}
+              for s, t in zip(SEVERITIES, spec.targets)]
+    return {"name": name, "family": spec.family, "model": corruption_model_text(name), "statistic": spec.statistic,
+            "direction": "falls" if spec.direction == -1 else "rises", "fit_param": spec.fit_param,
+            "ladder": ladder, "sensors": ", ".join(spec.modalities), "sensor_note": spec.modality_note.rstrip(".")}
+
+
+def grid_tiles(path: Path) -> dict[str, list[np.ndarray]]:
+    """corruption -> [clean, s1, s2, s3] tiles (BGR) cut from one preview grid."""
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise BadInput("not a readable PNG", where=str(path))
+    h, w = img.shape[:2]
+    cols = 1 + len(SEVERITIES)
+    cell, rest = divmod(w - LABEL_W, cols)
+    cell -= GAP
+    rows = names()
+    if rest or cell < 8 or h != LABEL_H + len(rows) * (cell + GAP):
+        raise BadInput(f"a {w}x{h} image is not a preview grid of {len(rows)} corruptions x {cols} columns "
+                       "(aegisbench preview --grid)", where=str(path))
+    out = {}
+    for i, name in enumerate(rows):
+        y = LABEL_H + i * (cell + GAP) + GAP
+        out[name] = [img[y:y + cell, LABEL_W + j * (cell + GAP) + GAP:LABEL_W + (j + 1) * (cell + GAP)]
+                     for j in range(cols)]
+    return out
+
+
+def gallery_view(preview: str | Path | None, out: Path, used: set[str], written: list[Path]) -> dict | None:
+    """Write the thumbnails of the corruptions in ``used`` under ``out/gallery/`` and return
+    the gallery's view (None without a preview folder or a grid in it)."""
+    if preview is None:
+        return None
+    preview = Path(preview)
+    if not preview.is_dir():
+        raise BadInput("no preview folder (run the preview stage: aegisbench preview --grid)", where=str(preview))
+    grids = sorted(preview.glob(f"*{GRID_SUFFIX}"))
+    if not grids:
+        log.warning("%s holds no *%s: no condition gallery", preview, GRID_SUFFIX)
+        return None
+    chosen = [n for n in names() if n in used] or names()
+    sources = []
+    for grid in grids:
+        source = grid.name[:-len(GRID_SUFFIX)]
+        tiles = grid_tiles(grid)
+        rows = []
+        for name in chosen:
+            thumbs = []
+            for label, tile in zip((CLEAN, *(severity_key(s) for s in SEVERITIES)), tiles[name]):
+                rel = f"gallery/{source}-{CLEAN if label == CLEAN else f'{name}_{label}'}.png"
+                if label != CLEAN or not any(t["src"] == rel for r in rows for t in r["thumbs"]):
+                    ok, buf = cv2.imencode(".png", tile)
+                    if not ok:  # pragma: no cover - OpenCV failure
+                        raise RuntimeError("PNG encoding failed")
+                    atomic_write_bytes(out / rel, buf.tobytes())
+                    written.append(out / rel)
+                thumbs.append({"src": rel, "label": label, "config": CLEAN if label == CLEAN else f"{name}_{label}"})
+            rows.append({**describe(name), "thumbs": thumbs})
+        sources.append({"source": source, "rows": rows})
+    return {"sources": sources}
