@@ -34,7 +34,7 @@ from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.importgraph import closure_files
 from aegisbench.params import Params
-from aegisbench.builders.card import render_card
+from aegisbench.builders.card import arrow_sizes, render_card
 from aegisbench.builders.conditions import ConfigSpec, config_specs, not_physical
 from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
                                             firespread_metas, firespread_tasks)
@@ -150,7 +150,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
             sources.append(FIRESPREAD_SOURCE)
         manifest = assemble_manifest(params, tasks, entries, src_hash, metas, not_physical(params, specs))
         shutil.rmtree(staging / ".shards", ignore_errors=True)
-        card = render_card(manifest, descriptions, sources)
+        card = render_card(manifest, descriptions, sources, arrow_sizes(staging, manifest))
         atomic_write_text(staging / "README.md", card)
         manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
                                           "bytes": (staging / "README.md").stat().st_size}

@@ -12,7 +12,7 @@ compares (:func:`card_problems`).
 
 >>> text = _inputs_block({"clean": "a <b> --> c"}, [])
 >>> text.startswith("<!-- aegisbench-card-inputs {") and "-->" not in text[:-3], card_inputs(text)
-(True, ({'clean': 'a <b> --> c'}, []))
+(True, ({'clean': 'a <b> --> c'}, [], None, None))
 """
 
 from __future__ import annotations
@@ -41,21 +41,109 @@ def features_of(config: str):
     return FIRESPREAD_FEATURES[config_kind(config)] if is_firespread_config(config) else FEATURES
 
 
-def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict]) -> str:
+#: SPDX id -> the licence text (a source with another licence links its own in params.yaml's description)
+LICENSE_LINKS = {
+    "mit": "https://opensource.org/license/mit", "apache-2.0": "https://www.apache.org/licenses/LICENSE-2.0",
+    "cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/",
+    "cc-by-sa-4.0": "https://creativecommons.org/licenses/by-sa/4.0/",
+    "cc-by-nc-4.0": "https://creativecommons.org/licenses/by-nc/4.0/",
+    "cc-by-nc-sa-4.0": "https://creativecommons.org/licenses/by-nc-sa/4.0/",
+    "cc0-1.0": "https://creativecommons.org/publicdomain/zero/1.0/", "gpl-3.0": "https://www.gnu.org/licenses/gpl-3.0",
+    "bsd-3-clause": "https://opensource.org/license/bsd-3-clause", "odbl": "https://opendatacommons.org/licenses/odbl/",
+}
+#: track -> the card's task id (what the configs of that track are for)
+TASK_IDS = {"sar": "person-detection", "smoke": "smoke-detection", "firespread": "wildfire-spread-forecasting"}
+#: upper bounds of the Hub's size categories (number of rows)
+SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+                   (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"))
+
+
+def size_category(rows: int) -> str:
+    """The Hub's ``size_categories`` value for a dataset of ``rows`` rows.
+
+    >>> size_category(999), size_category(40_000)
+    ('n<1K', '10K<n<100K')
+    """
+    return next((name for top, name in SIZE_CATEGORIES if rows < top), "n>100M")
+
+
+def _synthetic(source: dict) -> bool:
+    return str(source.get("kind", "")).startswith(("synthetic", "firespread"))
+
+
+def license_link(license_id: str) -> str:
+    """The licence text of an SPDX id ('' when it is not one of :data:`LICENSE_LINKS`)."""
+    return LICENSE_LINKS.get(str(license_id).lower(), "")
+
+
+def arrow_num_bytes(paths, features) -> int:
+    """``num_bytes`` of a split as ``datasets`` computes it when it loads the Parquet files:
+    the Arrow size (``Table.nbytes``) of every record batch (one per row group) cast to
+    ``features``, summed; not the Parquet file size."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from datasets.table import table_cast
+
+    schema = features.arrow_schema
+    total = 0
+    for path in paths:
+        pf = pq.ParquetFile(path)
+        size = pf.metadata.row_group(0).num_rows if pf.metadata.num_row_groups else 1
+        for batch in pf.iter_batches(batch_size=size, columns=list(features)):
+            total += table_cast(pa.Table.from_batches([batch]).combine_chunks(), schema).nbytes
+    return total
+
+
+def arrow_sizes(repo, manifest: dict) -> dict[str, dict[str, int]]:
+    """config -> split -> Arrow ``num_bytes`` of a built repo (what :func:`render_card` declares)."""
+    from pathlib import Path
+    out: dict[str, dict[str, int]] = {}
+    for name, cfg in sorted(manifest["configs"].items()):
+        for split, info in sorted(cfg["splits"].items()):
+            out.setdefault(name, {})[split] = arrow_num_bytes(
+                [Path(repo) / s["path"] for s in info["shards"]], features_of(name))
+    return out
+
+
+def _sample(configs: dict, hub: dict | None) -> list[str]:
+    """The card's code sample: the Hub id pinned to the release tag once published, else
+    the local folder."""
+    config = "low_light_s3" if "low_light_s3" in configs else next(iter(sorted(configs)))
+    if hub:
+        return ["```python", "import datasets",
+                f"ds = datasets.load_dataset(\"{hub['repo_id']}\", \"{config}\", revision=\"{hub['revision']}\")",
+                "```"]
+    return ["```python", "import datasets", f"ds = datasets.load_dataset(\"data/aegisbench\", \"{config}\")", "```"]
+
+
+def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict], sizes: dict | None = None,
+                hub: dict | None = None) -> str:
+    """The card of a repo. ``sizes``: config -> split -> Arrow ``num_bytes``
+    (:func:`arrow_sizes`; without it the Parquet bytes are declared); ``hub``:
+    ``{"repo_id", "revision"}`` once published (the code sample loads it from the Hub)."""
     configs = manifest["configs"]
     licenses = sorted({s["license"] for s in sources}) or ["unknown"]
+    rows = sum(sp["rows"] for c in configs.values() for sp in c["splits"].values())
+    tracks = sorted({s["track"] for s in sources})
     front: dict = {
         "pretty_name": "AegisBench",
         "license": licenses[0] if len(licenses) == 1 else "other",
+        "annotations_creators": sorted({"machine-generated" if _synthetic(s) else "found" for s in sources}),
+        "size_categories": [size_category(rows)],
+        "source_datasets": sorted({"original" if _synthetic(s) else f"extended|{s['name']}" for s in sources}),
         "task_categories": ["object-detection"] + (["time-series-forecasting"] if any(
             s["track"] == "firespread" for s in sources) else []),
+        "task_ids": [TASK_IDS[t] for t in tracks if t in TASK_IDS],
         "tags": ["robustness", "disaster-response", "search-and-rescue", "wildfire", "benchmark"],
         "configs": [],
         "dataset_info": [],
     }
     if len(licenses) > 1:
         front["license_name"] = "mixed: " + ", ".join(licenses)
-    front["configs"], front["dataset_info"] = _declared_configs(configs)
+        front["license_link"] = "#sources"  # one licence per source, each with its link, in the Sources table
+    elif license_link(licenses[0]):
+        front["license_link"] = license_link(licenses[0])
+    front["configs"], front["dataset_info"] = _declared_configs(configs, sizes)
     head = yaml.safe_dump(front, sort_keys=False, width=100)
     version, digest = manifest["benchmark_version"], manifest["dataset_digest"]
     lines = [
@@ -69,8 +157,7 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
         f"- benchmark version: `{version}`",
         f"- dataset digest: `{digest}` (content hash; `aegisbench verify` re-checks every file)",
         "",
-        "```python", "import datasets",
-        f"ds = datasets.load_dataset(\"data/aegisbench\", \"{next(iter(sorted(configs)))}\")", "```",
+        *_sample(configs, hub),
         "", "## Configs", "", "| config | splits | rows | description |", "| --- | --- | --- | --- |",
     ]
     for name in sorted(configs, key=lambda c: (c != "clean", c)):
@@ -84,11 +171,13 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
               "## Sources", "", "| source | track | kind | modality | license | description |",
               "| --- | --- | --- | --- | --- | --- |"]
     for s in sources:
-        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {s['license']} "
+        link = license_link(s["license"])
+        lic = f"[{s['license']}]({link})" if link else s["license"]
+        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {lic} "
                      f"| {s['description']} |")
     cites = [s["citation"].strip() for s in sources if s.get("citation")]
     lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", "",
-              _inputs_block({c: descriptions.get(c, "") for c in sorted(configs)}, sources), ""]
+              _inputs_block({c: descriptions.get(c, "") for c in sorted(configs)}, sources, sizes, hub), ""]
     return "\n".join(lines)
 
 
@@ -96,23 +185,28 @@ _INPUTS = "<!-- aegisbench-card-inputs "
 _INPUTS_RE = re.compile(r"^<!-- aegisbench-card-inputs (\{.*\}) -->$", re.MULTILINE)
 
 
-def _inputs_block(descriptions: dict[str, str], sources: list[dict]) -> str:
+def _inputs_block(descriptions: dict[str, str], sources: list[dict], sizes: dict | None = None,
+                  hub: dict | None = None) -> str:
     """The hidden comment holding the card's inputs (``<`` and ``>`` escaped: it cannot end early)."""
-    body = canonical_json({"descriptions": descriptions, "sources": sources})
+    doc = {"descriptions": descriptions, "sources": sources}
+    doc.update({k: v for k, v in (("sizes", sizes), ("hub", hub)) if v})
+    body = canonical_json(doc)
     return _INPUTS + body.replace("<", "\\u003c").replace(">", "\\u003e") + " -->"
 
 
-def card_inputs(text: str) -> tuple[dict, list] | None:
-    """``(descriptions, sources)`` of a card's inputs comment; None without a well-formed one."""
+def card_inputs(text: str) -> tuple[dict, list, dict | None, dict | None] | None:
+    """``(descriptions, sources, sizes, hub)`` of a card's inputs comment (the arguments of
+    :func:`render_card`); None without a well-formed one."""
     found = _INPUTS_RE.findall(text)
     try:
         doc = json.loads(found[-1]) if found else None
     except ValueError:
         return None
     if not (isinstance(doc, dict) and isinstance(doc.get("descriptions"), dict)
-            and isinstance(doc.get("sources"), list) and all(isinstance(s, dict) for s in doc["sources"])):
+            and isinstance(doc.get("sources"), list) and all(isinstance(s, dict) for s in doc["sources"])
+            and isinstance(doc.get("sizes") or {}, dict) and isinstance(doc.get("hub") or {}, dict)):
         return None
-    return doc["descriptions"], doc["sources"]
+    return doc["descriptions"], doc["sources"], doc.get("sizes"), doc.get("hub")
 
 
 def card_problems(text: str, manifest: dict, exact: bool = True) -> list[str]:
@@ -124,14 +218,14 @@ def card_problems(text: str, manifest: dict, exact: bool = True) -> list[str]:
     if inputs is None:
         return ["the card has no well-formed inputs comment (not rendered by this builder)"] if exact \
             else _declared_problems(text, manifest)
-    descriptions, sources = inputs
+    descriptions, sources, sizes, hub = inputs
     declared = {n: (s.get("track"), s.get("kind"), s.get("modality")) for n, s in manifest.get("sources", {}).items()}
     listed = {s.get("name"): (s.get("track"), s.get("kind"), s.get("modality")) for s in sources}
     bad = [] if listed == declared else ["the card's sources (name, track, kind, modality) are not the manifest's"]
     if not exact:
         return bad + _declared_problems(text, manifest)
     try:
-        same = render_card(manifest, descriptions, sources) == text
+        same = render_card(manifest, descriptions, sources, sizes, hub) == text
     except (KeyError, TypeError, ValueError, AttributeError):
         same = False
     return bad + ([] if same else ["the card differs from the card rendered from the manifest and its inputs"])
@@ -146,18 +240,23 @@ def _declared_problems(text: str, manifest: dict) -> list[str]:
     except yaml.YAMLError:
         front = None
     entries, info = _declared_configs(manifest["configs"])
+
+    def counts(items):  # split names and sizes in rows (num_bytes is the Arrow size: not in the manifest)
+        return [(i.get("config_name"), [(s.get("name"), s.get("num_examples")) for s in i.get("splits") or []
+                                        if isinstance(s, dict)]) for i in items if isinstance(i, dict)]
     if not isinstance(front, dict) or front.get("configs") != entries or (
-            [(i.get("config_name"), i.get("splits")) for i in front.get("dataset_info") or [] if isinstance(i, dict)]
-            != [(i["config_name"], i["splits"]) for i in info]):
+            counts(front.get("dataset_info") or []) != counts(info)):
         bad.append("the card's YAML configs and split sizes are not the manifest's")
     if f"dataset digest: `{manifest['dataset_digest']}`" not in text:
         bad.append("the card does not state the manifest's dataset digest")
     return bad
 
 
-def _declared_configs(configs: dict) -> tuple[list[dict], list[dict]]:
+def _declared_configs(configs: dict, sizes: dict | None = None) -> tuple[list[dict], list[dict]]:
     """The YAML ``configs`` and ``dataset_info`` entries; a config every source skipped (not
-    physical for any of them) has no data files and is not declared."""
+    physical for any of them) has no data files and is not declared. ``num_bytes`` is the
+    Arrow size of ``sizes`` (else the Parquet bytes), ``download_size`` the Parquet bytes,
+    ``dataset_size`` the sum of ``num_bytes``."""
     entries, info = [], []
     for name in sorted(configs, key=lambda c: (c != "clean", c)):
         splits = configs[name]["splits"]
@@ -168,11 +267,12 @@ def _declared_configs(configs: dict) -> tuple[list[dict], list[dict]]:
         if name == "clean":
             entry["default"] = True
         entries.append(entry)
+        files = {s: sum(x["bytes"] for x in splits[s]["shards"]) for s in splits}
+        arrow = {s: int(((sizes or {}).get(name) or {}).get(s, files[s])) for s in splits}
         info.append({
             "config_name": name, "features": features_of(name)._to_yaml_list(),
-            "splits": [{"name": s, "num_examples": splits[s]["rows"],
-                        "num_bytes": sum(x["bytes"] for x in splits[s]["shards"])}
-                       for s in sorted(splits)],
+            "splits": [{"name": s, "num_examples": splits[s]["rows"], "num_bytes": arrow[s]} for s in sorted(splits)],
+            "download_size": sum(files.values()), "dataset_size": sum(arrow.values()),
         })
     return entries, info
 

@@ -292,5 +292,9 @@ def cmd_publish(args) -> int:
         print(f"dry run: {len(plan)} files, {total} bytes would be uploaded to "
               f"https://huggingface.co/datasets/{args.repo_id}")
     else:
-        print(f"published {len(plan)} files ({total} bytes) to https://huggingface.co/datasets/{args.repo_id}")
+        from aegisbench.builders.manifest import load_manifest
+        from aegisbench.builders.publish import release_tag
+        tag = release_tag(load_manifest(args.dataset))
+        print(f"published {len(plan)} files ({total} bytes) to https://huggingface.co/datasets/{args.repo_id}, "
+              f"tagged {tag}: load_dataset({args.repo_id!r}, CONFIG, revision={tag!r})")
     return 0
