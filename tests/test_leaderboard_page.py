@@ -224,6 +224,7 @@ def test_smoke_test_banner_only_on_tiny_data(board, tmp_path):
     for page in ("index.html", "models/frcnn.html"):
         assert 'class="smoke-test"' in (site / page).read_text()
     assert "3 sard" in (site / "index.html").read_text()
+    assert (site.parent / "README.md").read_text().splitlines()[2].startswith("> **Smoke test.**")
     out = tmp_path / "lb"
     build_leaderboard(tmp / "results", tiny_manifest(tmp_path / "data", 40), out, evaluator_version=EV)
     assert 'class="smoke-test"' not in (out / "site" / "index.html").read_text()

@@ -21,7 +21,7 @@ from aegisbench.leaderboard.aggregate import Board
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
                                            floor_rows, fmt_interval, fmt_value, glossary, is_collapse, label,
-                                           primary_metric, rank_groups, sections)
+                                           primary_metric, rank_groups, sections, smoke_test)
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FIRESPREAD, WARP_GRID, WARP_NOISE, WARP_PATCH, config_kind, family_rank
 
@@ -234,6 +234,8 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
            "at most half of clean, survivors on target, false positives per image not above clean's). "
            "n/a (reason): no value, never 0 — `0/0` an undefined ratio (e.g. precision without a single "
            "kept detection), `not physical for <sensor>` a corruption not built for the source's sensor.", ""]
+    if smoke_test(board):
+        out[2:2] = [f"> **Smoke test.** {md_escape(smoke_test(board))}", ""]
     if board.references:
         out += [f"{REFERENCE_MARK} {REFERENCE_NOTE}: "
                 + ", ".join(md_code(r) for r in board.references) + ".", ""]

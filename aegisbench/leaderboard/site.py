@@ -28,7 +28,7 @@ from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
                                            better, description, family_cells, floor_rows, fmt_interval, fmt_value,
                                            glossary, heading, heat_colour, is_collapse, is_count, label, rank_groups,
-                                           sections, slug)
+                                           sections, slug, smoke_test)
 from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_weights_sha256
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FAMILIES, FIRESPREAD
@@ -190,22 +190,10 @@ def has_threshold(section: Section) -> bool:
     return any(m.threshold is not None for m in section.models)
 
 
-SMOKE_TEST_IMAGES = 10  # fewer clean test images than this per source: a smoke test, not a benchmark
 STATUS_NOTE = ("verified: run by the pipeline (a reference row of the leaderboard stage) from weights whose "
                "SHA-256 the submission records; self-reported: predictions uploaded by the submitter, "
                "scored here but not reproduced")
 META_COLUMNS = [(k, k.replace("_", " ")) for k in METADATA_FIELDS]  # (field, column title), submission.yaml's order
-
-
-def smoke_test(board: Board) -> str | None:
-    """The banner of a page built on tiny data (``aegisbench run --fast``), else None."""
-    sizes = dict(board.test_images)
-    if not sizes or max(sizes.values()) >= SMOKE_TEST_IMAGES:
-        return None
-    each = ", ".join(f"{n} {src}" for src, n in sizes.items())
-    return (f"Smoke test on tiny data, not a benchmark result: {each} clean test image(s) per source "
-            f"(fewer than {SMOKE_TEST_IMAGES}; the fast variant, aegisbench run --fast). The numbers show that "
-            "the pipeline runs end to end; zeros and wide intervals here say nothing about the models.")
 
 
 def model_info(board: Board, sub: str) -> dict:

@@ -139,6 +139,20 @@ def fmt_interval(metric: str, lo: float | None, hi: float | None, compact: bool 
     return f"[{fmt_value(metric, lo)}, {fmt_value(metric, hi)}]"
 
 
+SMOKE_TEST_IMAGES = 10  # fewer clean test images than this per source: a smoke test, not a benchmark
+
+
+def smoke_test(board: Board) -> str | None:
+    """The banner of a page built on tiny data (``aegisbench run --fast``), else None."""
+    sizes = dict(board.test_images)
+    if not sizes or max(sizes.values()) >= SMOKE_TEST_IMAGES:
+        return None
+    each = ", ".join(f"{n} {src}" for src, n in sizes.items())
+    return (f"Smoke test on tiny data, not a benchmark result: {each} clean test image(s) per source "
+            f"(fewer than {SMOKE_TEST_IMAGES}; the fast variant, aegisbench run --fast). The numbers show that "
+            "the pipeline runs end to end; zeros and wide intervals here say nothing about the models.")
+
+
 def is_collapse(metric: str, value, lo, hi) -> bool:
     """Value 0 with a degenerate [0, 0] interval on a higher-is-better metric (never a null value)."""
     return direction(metric) == 1 and value is not None and value == 0 and lo == 0 and hi == 0
