@@ -65,7 +65,8 @@ def test_build_from_yolo_folder_maps_all_pose_classes(sard, tmp_path, monkeypatc
     assert rc == 0, capsys.readouterr().err
     ds = datasets.load_dataset(str(tmp_path / "repo"), "clean")
     assert set(ds) == {"sard", "sard_val"}
-    labels = [lab for row in ds["sard"] for lab in row["objects"]["label"]]
+    names = ds["sard"].features["objects"]["label"].feature  # a ClassLabel declared by the card
+    labels = [names.int2str(lab) for row in ds["sard"] for lab in row["objects"]["label"]]
     assert labels == ["person"]
 
 

@@ -154,7 +154,7 @@ def test_card_metadata_and_arrow_sizes(repo):
     import datasets
     import yaml
 
-    from aegisbench.builders.hfrepo import FEATURES
+    from aegisbench.builders.card import card_features
 
     text = (repo / "README.md").read_text()
     front = yaml.safe_load(text.split("\n---\n", 1)[0][4:])
@@ -168,9 +168,18 @@ def test_card_metadata_and_arrow_sizes(repo):
         assert info["dataset_size"] == sum(s["num_bytes"] for s in info["splits"])
         for split in info["splits"]:  # num_bytes: the Arrow size datasets computes, not the file size
             files = sorted(str(repo / x["path"]) for x in splits[split["name"]]["shards"])
-            ds = datasets.load_dataset("parquet", data_files={"x": files}, features=FEATURES, split="x")
+            ds = datasets.load_dataset("parquet", data_files={"x": files}, features=card_features(info["config_name"]),
+                                       split="x")
             assert split["num_bytes"] == ds.info.splits["x"].num_bytes
             assert split["num_bytes"] != sum(x["bytes"] for x in splits[split["name"]]["shards"])
+    # labels: a ClassLabel in the card only; load_dataset of the repo gives class ids, the shards keep strings
+    ds = datasets.load_dataset(str(repo), "clean", split="demo", verification_mode="all_checks")
+    label = ds.features["objects"]["label"].feature
+    assert isinstance(label, datasets.ClassLabel) and label.names == ["person", "smoke"]
+    assert {label.int2str(i) for row in ds for i in row["objects"]["label"]} == {"person"}
+    import pyarrow.parquet as pq
+    shard = repo / manifest["configs"]["clean"]["splits"]["demo"]["shards"][0]["path"]
+    assert pq.read_table(shard).schema.field("objects").type.field("label").type.value_type == "string"
 
 
 def test_refuses_to_publish_a_tampered_repo(repo, main, tmp_path, capsys):

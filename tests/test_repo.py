@@ -74,7 +74,8 @@ def test_repo_layout_card_and_load_dataset(built, tmp_path, monkeypatch):
         src = recs[row["image_id"]]
         assert pixel_sha256(img) == row["sha256"] == src.sha256
         assert np.allclose(row["objects"]["bbox"], src.boxes)
-        assert row["objects"]["label"] == ["person"]
+        assert row["objects"]["label"] == [0]  # a ClassLabel in the card; the shard stores "person"
+        assert ds["demo"].features["objects"]["label"].feature.int2str(0) == "person"
     assert "demo_train_000" not in {r["image_id"] for r in ds["demo"]}  # train stays out
     monkeypatch.chdir(tmp_path)
     shutil.copytree(repo, tmp_path / "aegisbench")

@@ -25,7 +25,8 @@ import yaml
 
 from aegisbench.hashing import canonical_json
 from aegisbench.builders.hfrepo import FEATURES
-from aegisbench.vocab import CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, WARP_NOISE, parse_corruption_config
+from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
+                              parse_corruption_config)
 
 CITATION = """@software{aegisbench,
   title  = {AegisBench: per-condition robustness benchmark for disaster-response perception},
@@ -39,6 +40,25 @@ def features_of(config: str):
     """The declared features of one config (image rows, or fire-spread rows by kind)."""
     from aegisbench.builders.firespread import FIRESPREAD_FEATURES, config_kind, is_firespread_config
     return FIRESPREAD_FEATURES[config_kind(config)] if is_firespread_config(config) else FEATURES
+
+
+#: the class names of ``objects.label`` (the detection tracks' one label each), as a ClassLabel
+CLASS_NAMES = [TRACK_LABELS[t] for t in DETECTION_TRACKS]
+
+
+def card_features(config: str):
+    """The features the card declares: the shards' (:func:`features_of`), except that
+    ``objects.label`` is a ``ClassLabel`` over :data:`CLASS_NAMES`, as HF detection
+    datasets declare it; ``datasets`` casts the stored strings to class ids on load, so the
+    shards (and the dataset digest) stay as they are."""
+    import datasets
+
+    features = features_of(config)
+    if "objects" not in features:
+        return features
+    out = datasets.Features(features.copy())
+    out["objects"] = {**features["objects"], "label": datasets.List(datasets.ClassLabel(names=CLASS_NAMES))}
+    return out
 
 
 #: SPDX id -> the licence text (a source with another licence links its own in params.yaml's description)
@@ -79,7 +99,7 @@ def license_link(license_id: str) -> str:
 def arrow_num_bytes(paths, features) -> int:
     """``num_bytes`` of a split as ``datasets`` computes it when it loads the Parquet files:
     the Arrow size (``Table.nbytes``) of every record batch (one per row group) cast to
-    ``features``, summed; not the Parquet file size."""
+    ``features`` (the card's: labels as class ids), summed; not the Parquet file size."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from datasets.table import table_cast
@@ -101,7 +121,7 @@ def arrow_sizes(repo, manifest: dict) -> dict[str, dict[str, int]]:
     for name, cfg in sorted(manifest["configs"].items()):
         for split, info in sorted(cfg["splits"].items()):
             out.setdefault(name, {})[split] = arrow_num_bytes(
-                [Path(repo) / s["path"] for s in info["shards"]], features_of(name))
+                [Path(repo) / s["path"] for s in info["shards"]], card_features(name))
     return out
 
 
@@ -270,7 +290,7 @@ def _declared_configs(configs: dict, sizes: dict | None = None) -> tuple[list[di
         files = {s: sum(x["bytes"] for x in splits[s]["shards"]) for s in splits}
         arrow = {s: int(((sizes or {}).get(name) or {}).get(s, files[s])) for s in splits}
         info.append({
-            "config_name": name, "features": features_of(name)._to_yaml_list(),
+            "config_name": name, "features": card_features(name)._to_yaml_list(),
             "splits": [{"name": s, "num_examples": splits[s]["rows"], "num_bytes": arrow[s]} for s in sorted(splits)],
             "download_size": sum(files.values()), "dataset_size": sum(arrow.values()),
         })
