@@ -49,6 +49,20 @@ MIN_RATIO = 0.95
 TRACK = "sar"
 
 
+def ultralytics_ready(bench: str, work: str, unit: str, min_ratio: float, json_path) -> bool:
+    """Import Ultralytics offline; when it is not installed print ``peer not installed`` and a
+    row without ratio (our side wraps the same library, so nothing is measured) and return False."""
+    if importlib.util.find_spec(PEER) is None:
+        print(f"peer not installed: {PEER} ({PEER_HOW})")
+        print("our side wraps the same library, so nothing was measured")
+        finish(bench, [row(work, None, unit=unit, target=f">= {min_ratio:g}x", peer_missing=PEER)], json_path)
+        return False
+    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
+
+    import_ultralytics()
+    return True
+
+
 def build_repo(root: Path, images: int) -> Path:
     """A verified repo whose SAR track is ``images`` 640x640 frames per config (clean, low_light_s3)."""
     from aegisbench.builders.build import build_repo as build
@@ -219,15 +233,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="first profile one run of our side (cProfile)")
     ap.add_argument("--json", help="write the summary rows and details here")
     args = ap.parse_args(argv)
-    if importlib.util.find_spec(PEER) is None:
-        print(f"peer not installed: {PEER} ({PEER_HOW})")
-        print("our side wraps the same library, so nothing was measured")
-        finish("detect", [row("detect images/s vs ultralytics model.predict", None, unit="img/s",
-                              target=f">= {MIN_RATIO:g}x", peer_missing=PEER)], args.json)
+    if not ultralytics_ready("detect", "detect images/s vs ultralytics model.predict", "img/s", MIN_RATIO, args.json):
         return 2
-    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
-
-    import_ultralytics()
     with tempfile.TemporaryDirectory(prefix="aegis-bench-detect-") as tmp:
         tmp = Path(tmp)
         rows, res = measure(args, build_repo(tmp / "build", args.images), tmp)

@@ -23,7 +23,6 @@ Run: ``.venv/bin/python perf/tiling.py [--frames 1] [--repeat 3] [--model aegis_
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
 import sys
 import tempfile
@@ -34,10 +33,10 @@ from _bench import ROOT, cap, finish, interleaved, row, speed_row, trained_weigh
 
 cap()
 
+from detect import ultralytics_ready  # noqa: E402
+
 import numpy as np  # noqa: E402
 
-PEER = "ultralytics"
-PEER_HOW = ".venv/bin/pip install -e '.[detect]'"
 MIN_RATIO = 0.9
 TINY = ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml"
 
@@ -174,15 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, help="torch CPU threads (default: the Ultralytics predictor's choice)")
     ap.add_argument("--json", help="write the summary rows and details here")
     args = ap.parse_args(argv)
-    if importlib.util.find_spec(PEER) is None:
-        print(f"peer not installed: {PEER} ({PEER_HOW})")
-        print("our side wraps the same library, so nothing was measured")
-        finish("tiling", [row("tiled detect tiles/s vs ultralytics tiling loop", None, unit="tiles/s",
-                              target=f">= {MIN_RATIO:g}x", peer_missing=PEER)], args.json)
+    if not ultralytics_ready("tiling", "tiled detect tiles/s vs ultralytics tiling loop", "tiles/s", MIN_RATIO,
+                             args.json):
         return 2
-    from aegisbench.detectors.ultralytics_adapter import import_ultralytics
-
-    import_ultralytics()
     with tempfile.TemporaryDirectory(prefix="aegis-bench-tiling-") as tmp:
         rows, res = measure(args, Path(tmp))
     print(f"ours / framework tiles/s: median {res['ratio']:.3f} over {args.repeat} rounds {res['ratios']} "
