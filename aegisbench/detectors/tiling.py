@@ -7,7 +7,7 @@ starts are spread evenly and the last window ends on the frame border. A frame t
 fits in one tile is one window: the whole frame. Boxes found in a window are shifted
 by the window origin (exactly: float32 box + integer offset) and merged per frame:
 greedy class-agnostic NMS between boxes of *different* windows (within one window the
-model's own NMS already ran), optionally after dropping boxes cut by an inner window
+adapter's NMS already ran, with no wall-clock limit: every window keeps its boxes), optionally after dropping boxes cut by an inner window
 edge when another window sees that region whole.
 
 >>> tile_windows(2000, 1500, TilingParams()).tolist()

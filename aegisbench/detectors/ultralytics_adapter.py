@@ -8,12 +8,15 @@ connectivity probe, no telemetry) and ``ULTRALYTICS_SAFE_LOAD=1`` (checkpoints l
 with ``torch.load(weights_only=True)`` against Ultralytics' allow-list); if it was
 imported earlier without that flag, the checkpoint is first loaded once with
 ``torch_safe_load(..., safe_only=True)`` so an unsafe pickle never reaches the full
-loader. Frames reach the framework's own predictor (letterbox, NMS, rescaling), as
-BGR arrays, with ``conf`` near zero; with a class map (``options.classes``) only the
-mapped classes enter its NMS (class-agnostic among them) and the per-window cap, and
-every box is labelled with the target. WARP noise at the model input is added by a
-subclass of the model's predictor whose ``preprocess`` puts it on the batch tensor
-(after letterbox, BGR->RGB and /255), one keyed generator per window.
+loader. Frames reach the framework's own predictor (letterbox, rescaling) as the RGB
+arrays they are (the model input is bit for bit the framework's: its BGR->RGB flip is
+just not needed), with ``conf`` near zero; NMS is :func:`raw_nms`, the framework's
+algorithm without its wall-clock limit (which at ``conf`` 0.001 on large tiles stops
+the NMS and leaves the rest of the batch without boxes). With a class map
+(``options.classes``) only the mapped classes enter the NMS (class-agnostic among them)
+and the per-window cap, and every box is labelled with the target. WARP noise at the
+model input is added by the predictor subclass's ``preprocess`` on the batch tensor
+(after letterbox and /255), one keyed generator per window.
 
 >>> _native_imgsz(640, 480), _native_imgsz(1000, 1024), _native_imgsz(100, 70)
 (640, 1024, 128)
@@ -97,15 +100,73 @@ class _Pending:
         return InputNoise(self.noise.level, keys)
 
 
-def noisy_predictor(base: type, pending: _Pending) -> type:
-    """Subclass of the predictor class ``base`` adding ``pending``'s noise to the tensor
-    its ``preprocess`` returns (the exact model input); unchanged while none is pending."""
+def raw_nms(prediction, conf: float, iou: float, classes=None, agnostic: bool = False, max_det: int = 300,
+            max_nms: int = 30000, max_wh: int = 7680) -> list:
+    """Per-image NMS of a YOLO head's raw output ``(B, 4 + nc, N)`` (``xywh`` + class
+    scores): Ultralytics' ``non_max_suppression`` (best class per box, score strictly above
+    ``conf``, at most ``max_nms`` candidates, ``torchvision.ops.nms`` on boxes offset by
+    ``class * max_wh`` unless ``agnostic``, first ``max_det`` kept) with no wall-clock limit:
+    every image gets its boxes however long the NMS takes. Returns ``(n, 6)`` tensors
+    ``x1, y1, x2, y2, score, class``, in NMS (descending score) order.
+
+    >>> import torch
+    >>> raw = torch.tensor([[[5., 6.], [5., 5.], [4., 4.], [4., 4.], [.9, .8]]])  # two boxes, one class
+    >>> raw_nms(raw, 0.001, 0.5)[0].tolist()
+    [[3.0, 3.0, 7.0, 7.0, 0.8999999761581421, 0.0]]
+    """
+    import torch
+    import torchvision
+    from ultralytics.utils.ops import xywh2xyxy
+
+    if isinstance(prediction, (list, tuple)):
+        prediction = prediction[0]
+    nc = prediction.shape[1] - 4
+    keep_cls = None if classes is None else torch.tensor(list(classes), device=prediction.device)
+    candidates = prediction[:, 4:].amax(1) > conf
+    out = []
+    for x, ok in zip(prediction.transpose(-1, -2), candidates):
+        x = x[ok]
+        if not len(x):
+            out.append(torch.zeros((0, 6), device=prediction.device))
+            continue
+        box, cls = xywh2xyxy(x[:, :4]), x[:, 4:4 + nc]
+        score, j = cls.max(1, keepdim=True)
+        x = torch.cat((box, score, j.float()), 1)[score.view(-1) > conf]
+        if keep_cls is not None:
+            x = x[(x[:, 5:6] == keep_cls).any(1)]
+        if len(x) > max_nms:
+            x = x[x[:, 4].argsort(descending=True)[:max_nms]]
+        offset = x[:, 5:6] * (0 if agnostic else max_wh)
+        out.append(x[torchvision.ops.nms(x[:, :4] + offset, x[:, 4], iou)[:max_det]])
+    return out
+
+
+def aegis_predictor(base: type, pending: _Pending) -> type:
+    """Subclass of the predictor class ``base`` that takes RGB frames (the model input is
+    the framework's own: letterbox, HWC->CHW, /255; its BGR->RGB flip is simply not needed),
+    adds ``pending``'s WARP noise to that tensor, and for NMS-based YOLO heads runs
+    :func:`raw_nms` (no time limit) instead of the framework's NMS."""
+    from ultralytics.models.yolo.detect import DetectionPredictor
+
+    own_nms = issubclass(base, DetectionPredictor) and base.postprocess is DetectionPredictor.postprocess
 
     class AegisPredictor(base):
         def preprocess(self, im):
-            x = super().preprocess(im)
+            import torch
+
+            im = self.pre_transform(im)  # letterbox acts on each channel alike: RGB in, RGB out
+            x = torch.from_numpy(im[0]).unsqueeze(0) if len(im) == 1 else torch.from_numpy(np.stack(im))
+            x = x.to(self.device).permute(0, 3, 1, 2).contiguous()
+            x = (x.half() if self.model.fp16 else x.float()).div_(255)
             noise = pending.take(len(x))
             return x if noise is None else add_input_noise(x, noise)
+
+        def postprocess(self, preds, img, orig_imgs, **kwargs):
+            if not own_nms or getattr(self.model, "end2end", False):
+                return super().postprocess(preds, img, orig_imgs, **kwargs)
+            a = self.args
+            found = raw_nms(preds, a.conf, a.iou, a.classes, a.agnostic_nms, a.max_det)
+            return self.construct_results(found, img, orig_imgs)
 
     AegisPredictor.__name__ = AegisPredictor.__qualname__ = f"Aegis{base.__name__}"
     return AegisPredictor
@@ -125,7 +186,7 @@ class UltralyticsDetector(Detector):
         self.model = self._load(kind, str(weights))
         self.names = dict(self.model.names)
         self._pending = _Pending()
-        self._predictor = noisy_predictor(self.model.task_map[self.model.task]["predictor"], self._pending)
+        self._predictor = aegis_predictor(self.model.task_map[self.model.task]["predictor"], self._pending)
 
     @staticmethod
     def _load(kind: str, weights: str):
@@ -167,20 +228,15 @@ class UltralyticsDetector(Detector):
         h, w = windows[0].shape[:2]
         o = self.options
         imgsz = o.imgsz or _native_imgsz(w, h)
-        bgr = [np.ascontiguousarray(x[..., ::-1]) for x in windows]
         kw = dict(imgsz=imgsz, conf=float(o.conf), iou=0.7 if o.nms_iou is None else float(o.nms_iou),
                   max_det=o.max_det, device=o.device, verbose=False, save=False, **precision_args(o.half))
         if o.classes is not None:  # other classes never reach the NMS or the cap; mapped ones are one class
             kw.update(classes=list(o.classes.ids), agnostic_nms=True)
-
-        def run(idx: list[int]) -> list:
-            self._pending.set(None if noise is None else InputNoise(noise.level, tuple(noise.keys[i] for i in idx)))
-            try:
-                return self.model.predict([bgr[i] for i in idx], batch=len(idx), predictor=self._predictor, **kw)
-            finally:
-                self._pending.set(None)
-
-        results = _guarded(run, list(range(len(bgr))))
+        self._pending.set(noise)
+        try:  # RGB frames as they are: the predictor does not flip them (see aegis_predictor)
+            results = self.model.predict(list(windows), batch=len(windows), predictor=self._predictor, **kw)
+        finally:
+            self._pending.set(None)
         return [self._to_detections(r) for r in results]
 
     def _to_detections(self, result) -> Detections:
@@ -194,53 +250,6 @@ class UltralyticsDetector(Detector):
             ok &= np.isin(cls, self.options.classes.ids)
             label[:] = self.options.classes.target
         return Detections(xyxy[ok], score[ok], label[ok])
-
-
-class _NmsTimeLimit(logging.Handler):
-    """Notices Ultralytics' "NMS time limit exceeded" warning: past its wall-clock limit
-    (2 s + 0.05 s per image) its NMS stops and the rest of the batch gets no boxes."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.hit = False
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "NMS time limit" in record.getMessage():
-            self.hit = True
-
-
-def _run_watched(fn, frames: list) -> tuple[list, bool]:
-    logger = logging.getLogger("ultralytics")
-    watch, level = _NmsTimeLimit(), logger.level
-    logger.addHandler(watch)
-    if logger.getEffectiveLevel() > logging.WARNING:
-        logger.setLevel(logging.WARNING)
-    try:
-        return list(fn(frames)), watch.hit
-    finally:
-        logger.removeHandler(watch)
-        logger.setLevel(level)
-
-
-def _guarded(fn, frames: list, retries: int = 2) -> list:
-    """``fn(frames)`` (frames or their indices), never with silently dropped boxes: a
-    batch whose NMS hit the time limit is rerun one frame at a time; a frame that still
-    hits it after ``retries`` tries raises (lower ``--batch`` or raise ``--conf``)."""
-    results, hit = _run_watched(fn, frames)
-    if not hit:
-        return results
-    log.warning("NMS time limit exceeded on a batch of %d; rerunning it frame by frame", len(frames))
-    out = []
-    for frame in frames:
-        for _ in range(retries):
-            one, hit = _run_watched(fn, [frame])
-            if not hit:
-                break
-        if hit:
-            raise RuntimeError("Ultralytics NMS time limit exceeded on a single frame: its detections would be "
-                               "dropped silently; raise --conf or run on a less loaded machine")
-        out += one
-    return out
 
 
 def precision_args(half: bool) -> dict:
