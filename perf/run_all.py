@@ -30,6 +30,7 @@ BENCHMARKS = {
     "corruptions": ([], ["--sizes", "640x480", "--rounds", "5"]),
     "firespread": ([], ["--grids", "64", "--rounds", "3", "--per-round", "2"]),
     "detect": ([], ["--images", "8", "--repeat", "3"]),
+    "tiling": ([], ["--width", "2000", "--height", "1500", "--repeat", "1"]),
     "evaluate": ([], ["--coco-images", "300", "--rounds", "3"]),
     "scale": (["--memory"], ["--images", "8", "--memory", "--memory-images", "8", "--memory-scales", "1,8"]),
 }
