@@ -90,21 +90,25 @@ class StderrHandler(logging.StreamHandler):
         pass
 
 
-def configure(verbose: bool = False, quiet: bool = False, stream=None) -> logging.Handler:
-    """Install the one stderr handler of the command line (replacing an earlier one) and
-    set the framework loggers' levels; returns the handler."""
-    handler = StderrHandler() if stream is None else logging.StreamHandler(stream)
-    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    handler.addFilter(OncePerMessage())
-    if not verbose:
-        handler.addFilter(FrameworkNoise())
-    logging.captureWarnings(True)  # Python warnings as log records: one line, once each
+def configure(verbose: bool = False, quiet: bool = False, stream=None) -> logging.Handler | None:
+    """Set the levels and install the one stderr handler of the command line (replacing an
+    earlier one; on ``stream`` when given). Like ``logging.basicConfig``, no handler is added
+    to a root logger that another program (or pytest) already gave handlers. Returns the
+    handler installed, if any."""
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_aegisbench", False)]:
         root.removeHandler(old)
-    handler._aegisbench = True
-    root.addHandler(handler)
-    root.setLevel(logging.INFO if verbose else logging.WARNING)  # third-party libraries
+    handler = None
+    if stream is not None or not root.handlers:
+        handler = StderrHandler() if stream is None else logging.StreamHandler(stream)
+        handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
+        handler.addFilter(OncePerMessage())
+        if not verbose:
+            handler.addFilter(FrameworkNoise())
+        handler._aegisbench = True
+        root.addHandler(handler)
+        root.setLevel(logging.INFO if verbose else logging.WARNING)  # third-party libraries
+        logging.captureWarnings(True)  # Python warnings as log records: one line, once each
     logging.getLogger("aegisbench").setLevel(logging.DEBUG if verbose else logging.WARNING if quiet
                                              else logging.INFO)
     _state.update(configured=True, verbose=verbose)

@@ -7,14 +7,35 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
+import aegisbench
 from aegisbench import logs, progress
 from aegisbench.cli import DeprecatedAlias, build_parser, main
 from test_adapters import heridal, put, scene, text, voc_xml  # noqa: F401  (fixtures)
 
 NO_DEFAULT = (None, False, [], argparse.SUPPRESS)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """main() and logs.configure set levels and handlers; put them back for the next test."""
+    root, ours, ultra = logging.getLogger(), logging.getLogger("aegisbench"), logging.getLogger("ultralytics")
+    saved = (list(root.handlers), root.level, ours.level, ultra.level, list(ultra.handlers), ultra.propagate)
+    yield
+    root.handlers[:] = saved[0]
+    root.setLevel(saved[1])
+    ours.setLevel(saved[2])
+    ultra.setLevel(saved[3])
+    ultra.handlers[:] = saved[4]
+    ultra.propagate = saved[5]
+    logging.captureWarnings(False)
+    progress.configure()
 
 
 def _commands() -> dict[str, argparse.ArgumentParser]:
@@ -92,7 +113,7 @@ def test_verbose_after_the_command_turns_on_debug_logging(tmp_path, capsys):
     assert "exclude each other" in capsys.readouterr().err
 
 
-def test_former_option_names_still_work_hidden_with_one_warning(tmp_path, capsys):
+def test_former_option_names_still_work_hidden_with_one_warning(tmp_path, caplog):
     p = build_parser()
     assert p.parse_args(["evaluate", "s", "--results", "R"]).results == p.parse_args(["evaluate", "s", "--out",
                                                                                       "R"]).results == "R"
@@ -102,9 +123,10 @@ def test_former_option_names_still_work_hidden_with_one_warning(tmp_path, capsys
     for command, old in (("evaluate", "--results"), ("firespread-ndws", "--n-boot")):
         assert old not in _commands()[command].format_help()
     # the alias works through main, and says once what to use instead
-    rc = main(["evaluate", str(tmp_path / "missing"), "--results", str(tmp_path / "r"), "--no-verify"])
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("--results is deprecated, use --out") == 1, err
+    with caplog.at_level(logging.WARNING, logger="aegisbench"):
+        rc = main(["evaluate", str(tmp_path / "missing"), "--results", str(tmp_path / "r"), "--no-verify"])
+    said = [r.getMessage() for r in caplog.records]
+    assert rc == 2 and said.count("--results is deprecated, use --out (same meaning)") == 1, said
 
 
 def test_one_name_per_concept_across_commands():
@@ -146,22 +168,23 @@ def test_log_lines_are_plain_text_and_each_warning_comes_once():
     assert "get_trial_id" in buf.getvalue()
 
 
-def test_a_long_stage_prints_plain_progress_lines_when_not_on_a_terminal(heridal, tmp_path, monkeypatch,  # noqa: F811
-                                                                           capsys):
-    monkeypatch.chdir(tmp_path)
+def test_a_long_stage_prints_plain_progress_lines_when_not_on_a_terminal(heridal, tmp_path):  # noqa: F811
+    """The real command in its own process, stderr a pipe (as under dvc repro)."""
     put(heridal / "valImages" / "val_0001.JPG", scene("h4"))
     text(heridal / "valImages" / "val_0001.xml", voc_xml("val_0001.JPG", 160, 120, [("human", 5, 5, 20, 30)]))
-    rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-               "--source-dir", str(heridal), "--format", "voc", "--name", "heridal",
-               "--class-map", "human=person,tree=none", "--split-mode", "folders", "--progress-interval", "0"])
-    err = capsys.readouterr().err  # captured: not a terminal
-    assert rc == 0, err
+    env = {**os.environ, "PYTHONPATH": str(Path(aegisbench.__file__).parent.parent)}
+    proc = subprocess.run([sys.executable, "-m", "aegisbench.cli", "build", "--params", str(tmp_path / "no.yaml"),
+                           "--out", str(tmp_path / "repo"), "--source-dir", str(heridal), "--format", "voc",
+                           "--name", "heridal", "--class-map", "human=person,tree=none", "--split-mode", "folders",
+                           "--progress-interval", "0"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    err = proc.stderr
+    assert proc.returncode == 0, err
     lines = [line for line in err.splitlines() if "build shards:" in line]
     assert lines and lines[-1].startswith("INFO aegisbench.progress: build shards: ") and "100%" in lines[-1]
     total = lines[-1].split(": ")[2].split("/")[1].split()[0]
     assert f"1/{total} shard" in lines[0] and ("eta" in lines[0] or total == "1")
     assert "\r" not in err and "\x1b" not in err
-    progress.configure()
+    assert "INFO aegisbench.builders.sources: source heridal:" in err  # our INFO lines, one per record
 
 
 def test_progress_lines_come_every_interval_and_once_at_the_end(caplog):
