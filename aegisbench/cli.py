@@ -73,7 +73,8 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
             if any(line.startswith("  ") for line in lines) or len(lines) > 1 and lines[0].endswith(":"):
                 out.append("\n".join(indent + line for line in lines))
             else:
-                out.append(textwrap.fill(" ".join(lines), width, initial_indent=indent, subsequent_indent=indent))
+                out.append(textwrap.fill(" ".join(lines), width, initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False))
         return "\n\n".join(out)
 
     def _get_help_string(self, action: argparse.Action) -> str:
@@ -115,6 +116,16 @@ def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
                    metavar=target.metavar)
 
 
+#: How ``aegisbench run`` hands -v/-q and --progress-interval to the commands of its stages.
+VERBOSITY_ENV, INTERVAL_ENV = "AEGISBENCH_VERBOSITY", "AEGISBENCH_PROGRESS_INTERVAL"
+
+
+def export_global_options(args: argparse.Namespace) -> None:
+    """Export the global options for child ``aegisbench`` processes (the ``dvc repro`` stages)."""
+    os.environ[VERBOSITY_ENV] = "verbose" if args.verbose else "quiet" if args.quiet else "normal"
+    os.environ[INTERVAL_ENV] = repr(float(args.progress_interval))
+
+
 def add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
     """-v/-q/--no-progress/--progress-interval, accepted before and after the sub-command: on a
     sub-command their default is SUPPRESS, so a value given before it is kept."""
@@ -122,6 +133,7 @@ def add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
 
     def default(value):
         return value if top else argparse.SUPPRESS
+    interval = float(os.environ.get(INTERVAL_ENV) or progress.INTERVAL_S)  # `aegisbench run` sets it for its stages
     g.add_argument("-v", "--verbose", action="store_true", default=default(False),
                    help="debug logging, and the frameworks' own output (Ultralytics' trainer and predictor)")
     g.add_argument("-q", "--quiet", action="store_true", default=default(False),
@@ -129,7 +141,7 @@ def add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
     g.add_argument("--no-progress", action="store_true", default=default(False),
                    help="no progress bar; a plain progress line every --progress-interval seconds instead "
                         "(what a log file or `dvc repro` always gets)")
-    g.add_argument("--progress-interval", type=float, default=default(progress.INTERVAL_S), metavar="SECONDS",
+    g.add_argument("--progress-interval", type=float, default=default(interval), metavar="SECONDS",
                    help="seconds between plain progress lines" + (f" (default: {progress.INTERVAL_S:g})" if not top
                                                                   else ""))
 
@@ -209,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verbose and args.quiet:
         parser.error("-v/--verbose and -q/--quiet exclude each other")
+    if not (args.verbose or args.quiet):  # as `aegisbench run` was told, in the commands of its stages
+        inherited = os.environ.get(VERBOSITY_ENV, "")
+        args.verbose, args.quiet = inherited == "verbose", inherited == "quiet"
     logs.configure(verbose=args.verbose, quiet=args.quiet)
     try:
         progress.configure(bar=not args.no_progress, interval=args.progress_interval, enabled=not args.quiet)

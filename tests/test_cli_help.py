@@ -100,6 +100,19 @@ def test_a_global_option_before_the_command_is_not_reset_by_it():
     assert p.parse_args(["verify"]).progress_interval == progress.INTERVAL_S
 
 
+def test_run_hands_its_global_options_to_the_commands_of_its_stages(monkeypatch, tmp_path):
+    from aegisbench.cli import INTERVAL_ENV, VERBOSITY_ENV, export_global_options
+    monkeypatch.setenv(VERBOSITY_ENV, "")  # recorded, so the test's exports are undone
+    monkeypatch.setenv(INTERVAL_ENV, "")
+    export_global_options(build_parser().parse_args(["run", "--fast", "-v", "--progress-interval", "30"]))
+    assert build_parser().parse_args(["verify"]).progress_interval == 30.0  # as a dvc stage's command sees it
+    assert build_parser().parse_args(["verify", "--progress-interval", "5"]).progress_interval == 5.0
+    assert main(["verify", str(tmp_path / "none")]) == 2
+    assert logging.getLogger("aegisbench").getEffectiveLevel() == logging.DEBUG  # -v of `run`
+    assert main(["verify", str(tmp_path / "none"), "-q"]) == 2  # the stage's own flag wins
+    assert logging.getLogger("aegisbench").getEffectiveLevel() == logging.WARNING
+
+
 def test_verbose_after_the_command_turns_on_debug_logging(tmp_path, capsys):
     assert main(["verify", str(tmp_path / "none"), "-v"]) == 2
     assert logging.getLogger("aegisbench").getEffectiveLevel() == logging.DEBUG

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from aegisbench.builders.commands import executor_args
-from aegisbench.cli import command
+from aegisbench.cli import command, export_global_options
 from aegisbench.errors import BadInput
 
 
@@ -43,6 +43,7 @@ def cmd_run(args) -> int:
     check_runnable(checkout)
     params = Params.load(args.params)  # validates before anything runs
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
+    export_global_options(args)  # and their -v/-q and --progress-interval
     if args.fast:
         project = prepare_project(checkout, args.fast_dir, fast_params(params.raw))
     else:
