@@ -24,9 +24,11 @@ import importlib
 import logging
 import os
 import sys
+import textwrap
 
-from aegisbench import __version__
+from aegisbench import __version__, logs, progress
 from aegisbench.errors import BadInput, printable
+from aegisbench.logs import MAX_LOG_CHARS, OneLineFormatter  # noqa: F401  (re-exported)
 
 # Modules that contribute sub-commands via ``register(subparsers)``.
 COMMAND_MODULES = [
@@ -56,15 +58,92 @@ USER_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quot
                errno.EFBIG: "file too large for the file system or the process limit",
                errno.EROFS: "read-only file system", errno.EACCES: "permission denied",
                errno.EPERM: "operation not permitted", errno.ENAMETOOLONG: "file name too long"}
-MAX_LOG_CHARS = 4000
 
 
-class OneLineFormatter(logging.Formatter):
-    """Each log message on one line, control characters escaped (see ``printable``)."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """Descriptions and examples as written (line breaks kept), and every option's default
+    shown, except when there is none (None, off) or its help already says what it is."""
 
-    def formatMessage(self, record: logging.LogRecord) -> str:
-        record.message = printable(record.message, MAX_LOG_CHARS)
-        return super().formatMessage(record)
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        """Prose paragraphs wrapped to the terminal; a paragraph with indented lines (examples)
+        kept line by line."""
+        out = []
+        for para in text.split("\n\n"):
+            lines = para.splitlines()
+            if any(line.startswith("  ") for line in lines) or len(lines) > 1 and lines[0].endswith(":"):
+                out.append("\n".join(indent + line for line in lines))
+            else:
+                out.append(textwrap.fill(" ".join(lines), width, initial_indent=indent, subsequent_indent=indent,
+                                         break_on_hyphens=False))
+        return "\n\n".join(out)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or "(default" in text or action.default in (None, False, [], argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def command(sub: argparse._SubParsersAction, name: str, summary: str, details: str = "",
+            examples: tuple[str, ...] | list[str] = (), **kwargs) -> argparse.ArgumentParser:
+    """Add sub-command ``name``: ``summary`` (one line) in ``aegisbench --help`` and on top of
+    its own help, then ``details``, then its ``examples`` (each a command line, ``# comment`` allowed)."""
+    description = summary[0].upper() + summary[1:] + "." + (f"\n\n{details}" if details else "")
+    epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
+    return sub.add_parser(name, help=summary, description=description, epilog=epilog,
+                          formatter_class=HelpFormatter, **kwargs)
+
+
+class DeprecatedAlias(argparse.Action):
+    """A former name of an option: hidden from the help, sets the same value as the
+    canonical option, and the command logs one warning naming the new flag."""
+
+    def __init__(self, option_strings, dest, canonical: str, **kwargs) -> None:
+        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.canonical = canonical
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        used = getattr(namespace, "deprecated_flags", None) or []
+        namespace.deprecated_flags = [*used, (option_string, self.canonical)]
+
+
+def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Keep ``old`` working as a hidden alias of the already-added option ``new``."""
+    target = p._option_string_actions[new]
+    p.add_argument(old, action=DeprecatedAlias, dest=target.dest, canonical=new, type=target.type,
+                   metavar=target.metavar)
+
+
+#: How ``aegisbench run`` hands -v/-q and --progress-interval to the commands of its stages.
+VERBOSITY_ENV, INTERVAL_ENV = "AEGISBENCH_VERBOSITY", "AEGISBENCH_PROGRESS_INTERVAL"
+
+
+def export_global_options(args: argparse.Namespace) -> None:
+    """Export the global options for child ``aegisbench`` processes (the ``dvc repro`` stages)."""
+    os.environ[VERBOSITY_ENV] = "verbose" if args.verbose else "quiet" if args.quiet else "normal"
+    os.environ[INTERVAL_ENV] = repr(float(args.progress_interval))
+
+
+def add_global_options(p: argparse.ArgumentParser, *, top: bool) -> None:
+    """-v/-q/--no-progress/--progress-interval, accepted before and after the sub-command: on a
+    sub-command their default is SUPPRESS, so a value given before it is kept."""
+    g = p.add_argument_group("global options (before or after the command)")
+
+    def default(value):
+        return value if top else argparse.SUPPRESS
+    interval = float(os.environ.get(INTERVAL_ENV) or progress.INTERVAL_S)  # `aegisbench run` sets it for its stages
+    g.add_argument("-v", "--verbose", action="store_true", default=default(False),
+                   help="debug logging, and the frameworks' own output (Ultralytics' trainer and predictor)")
+    g.add_argument("-q", "--quiet", action="store_true", default=default(False),
+                   help="only warnings and errors; no progress")
+    g.add_argument("--no-progress", action="store_true", default=default(False),
+                   help="no progress bar; a plain progress line every --progress-interval seconds instead "
+                        "(what a log file or `dvc repro` always gets)")
+    g.add_argument("--progress-interval", type=float, default=default(interval), metavar="SECONDS",
+                   help="seconds between plain progress lines" + (f" (default: {progress.INTERVAL_S:g})" if not top
+                                                                  else ""))
 
 
 def failed_path(exc: OSError) -> str:
@@ -100,7 +179,7 @@ def command_groups(names) -> dict[str, list[str]]:
     return {g: members for g, members in groups.items() if members}
 
 
-class GroupedHelp(argparse.HelpFormatter):
+class GroupedHelp(HelpFormatter):
     """Help formatter listing the sub-commands under their :data:`COMMAND_GROUPS` headings."""
 
     def _format_action(self, action: argparse.Action) -> str:
@@ -120,22 +199,38 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="aegisbench", formatter_class=lambda prog: GroupedHelp(prog, max_help_position=28),
         description="AegisBench: build the disaster-condition dataset repo, run detectors and forecasters, "
-                    "evaluate submissions and publish the per-condition leaderboard. `aegisbench COMMAND -h` "
-                    "for a command's options.")
+                    "evaluate submissions and publish the per-condition leaderboard.\n\n"
+                    "`aegisbench COMMAND -h` shows a command's options, defaults and examples.",
+        epilog="examples:\n"
+               "  aegisbench run --fast           # the whole pipeline on a few images (runs/fast)\n"
+               "  aegisbench run                  # the whole pipeline (dvc repro), prints where the page is\n"
+               "  aegisbench evaluate submissions/my_yolo -v   # global options go before or after the command\n"
+               "\nexit status: 0 success, 2 bad input (one line on stderr), 1 internal error")
     parser.add_argument("--version", action="version", version=f"aegisbench {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    add_global_options(parser, top=True)
     sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for p in sub.choices.values():
+        add_global_options(p, top=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    handler = logging.StreamHandler()
-    handler.setFormatter(OneLineFormatter("%(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[handler])
+    if args.verbose and args.quiet:
+        parser.error("-v/--verbose and -q/--quiet exclude each other")
+    if not (args.verbose or args.quiet):  # as `aegisbench run` was told, in the commands of its stages
+        inherited = os.environ.get(VERBOSITY_ENV, "")
+        args.verbose, args.quiet = inherited == "verbose", inherited == "quiet"
+    logs.configure(verbose=args.verbose, quiet=args.quiet)
+    try:
+        progress.configure(bar=not args.no_progress, interval=args.progress_interval, enabled=not args.quiet)
+    except ValueError as exc:
+        parser.error(f"--progress-interval: {exc}")
+    for old, new in getattr(args, "deprecated_flags", None) or []:
+        log.warning("%s is deprecated, use %s (same meaning)", old, new)
     try:
         rc = args.func(args)
     except (BadInput, OSError, UnicodeEncodeError) as exc:

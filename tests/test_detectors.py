@@ -165,7 +165,7 @@ def test_detect_writes_a_submission_that_validates_and_evaluates(env, tmp_path, 
     assert pairs | {tuple(e.split("/")) for e in meta.get("no_detections", [])} == {
         ("clean", "synthetic_sar_val"), ("clean", "synthetic_sar"), ("low_light_s3", "synthetic_sar")}
     assert main(["validate", str(out), "--dataset", str(env / "repo")]) == 0
-    assert main(["evaluate", str(out), "--dataset", str(env / "repo"), "--results", str(tmp_path / "results"),
+    assert main(["evaluate", str(out), "--dataset", str(env / "repo"), "--out", str(tmp_path / "results"),
                  "--n-resamples", "20"]) == 0
     assert any((tmp_path / "results").rglob("*.parquet"))
 
@@ -266,7 +266,7 @@ def test_warp_detect_smoke_track(env, tmp_path):
     meta = yaml.safe_load((out / "submission.yaml").read_text())
     assert meta["warp_patch"]["grid"] == 3 and len(meta["warp_patch"]["images"]) == 1
     assert main(["validate", str(out), "--dataset", str(env / "repo")]) == 0  # grid read from submission.yaml
-    assert main(["evaluate", str(out), "--dataset", str(env / "repo"), "--results", str(tmp_path / "results"),
+    assert main(["evaluate", str(out), "--dataset", str(env / "repo"), "--out", str(tmp_path / "results"),
                  "--n-resamples", "10"]) == 0
     assert list((tmp_path / "results").rglob("warp_patch*"))
     from aegisbench.detectors.warp_runner import run_warp

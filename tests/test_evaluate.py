@@ -305,7 +305,7 @@ def test_failed_evaluation_leaves_results_untouched(tmp_path, repo, index):
     rows[0]["score"] = 7.0  # now invalid: exit 2, nothing written
     rewrite_rows(folder, rows)
     proc = subprocess.run([sys.executable, "-m", "aegisbench.cli", "evaluate", str(folder), "--dataset", str(repo),
-                           "--results", str(results), "--n-resamples", "50"], capture_output=True, text=True)
+                           "--out", str(results), "--n-resamples", "50"], capture_output=True, text=True)
     assert proc.returncode == 2 and "predictions.parquet:row 0 field score: score 7 outside [0, 1]" in proc.stderr
     assert _snapshot(results) == before and sorted(os.listdir(results)) == ["sub"]
     # a crash while writing (an artefact that cannot be serialised) leaves the old result too
@@ -327,7 +327,7 @@ def test_two_evaluations_at_once_do_not_interfere(tmp_path, repo, index):
     results = tmp_path / "results"
     a = write_submission(tmp_path / "alpha", index, "sar", gt_table(index, "sar"))
     b = write_submission(tmp_path / "bravo", index, "smoke", gt_table(index, "smoke"))
-    cmd = [sys.executable, "-m", "aegisbench.cli", "evaluate", "--dataset", str(repo), "--results", str(results),
+    cmd = [sys.executable, "-m", "aegisbench.cli", "evaluate", "--dataset", str(repo), "--out", str(results),
            "--n-resamples", "100"]
     procs = [subprocess.Popen([*cmd, str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for f in (a, b)]

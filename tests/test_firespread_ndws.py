@@ -90,7 +90,7 @@ def test_unknown_pixels_are_masked_from_every_metric(fixture_files, tmp_path):
 def test_persistence_cli_and_forecast_file(fixture_files, tmp_path, monkeypatch):
     paths, samples = fixture_files
     out = tmp_path / "res"
-    assert cli.main(["firespread-ndws", *map(str, paths), "--out", str(out), "--n-boot", "30"]) == 0
+    assert cli.main(["firespread-ndws", *map(str, paths), "--out", str(out), "--n-resamples", "30"]) == 0
     rows = pq.read_table(out / "metrics.parquet").to_pylist()
     dice = [r for r in rows if r["metric"] == "recall" and r["stratum"].startswith("dice:")]
     assert dice and all(r["config"] == "ndws" for r in rows)

@@ -208,7 +208,7 @@ def test_track_without_any_val_split_is_refused_in_one_line(mixed, tmp_path, cap
     repo = _drop_val(mixed, tmp_path / "old", ["rgb_sar", "thermal_sar"])
     index = DatasetIndex(repo)
     folder = write_submission(tmp_path / "gt", index, "sar", gt_table(index, "sar"))
-    rc = main(["evaluate", str(folder), "--dataset", str(repo), "--results", str(tmp_path / "results"),
+    rc = main(["evaluate", str(folder), "--dataset", str(repo), "--out", str(tmp_path / "results"),
                "--n-resamples", "20"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1

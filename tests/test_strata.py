@@ -40,8 +40,8 @@ def evaluated(meta_index, tmp_path_factory):
     sub = write_submission(tmp / "nightblind", meta_index, "sar", gt_detections(meta_index, drop=night_missed),
                            name="night blind")
     args = ["evaluate", str(sub), "--dataset", str(meta_index.repo), "--no-verify", "--n-resamples", str(B)]
-    assert main([*args, "--results", str(tmp / "plain")]) == 0
-    assert main([*args, "--results", str(tmp / "strat"), "--stratify", "time"]) == 0
+    assert main([*args, "--out", str(tmp / "plain")]) == 0
+    assert main([*args, "--out", str(tmp / "strat"), "--stratify", "time"]) == 0
     return tmp, sub
 
 
@@ -130,13 +130,13 @@ def test_stratum_interval_is_the_bootstrap_over_the_stratum_images(evaluated, me
 def test_unknown_column_is_refused_with_one_line(evaluated, meta_index, capsys):
     tmp, sub = evaluated
     rc = main(["evaluate", str(sub), "--dataset", str(meta_index.repo), "--no-verify", "--n-resamples", "20",
-               "--results", str(tmp / "bad"), "--stratify", "altitude"])
+               "--out", str(tmp / "bad"), "--stratify", "altitude"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1
     assert "--stratify" in err[0] and "'altitude'" in err[0] and "time" in err[0]
     assert not (tmp / "bad").exists()
     rc = main(["evaluate", str(sub), "--dataset", str(meta_index.repo), "--no-verify", "--n-resamples", "20",
-               "--results", str(tmp / "bad"), "--stratify", "time", "--stratify", "time"])
+               "--out", str(tmp / "bad"), "--stratify", "time", "--stratify", "time"])
     assert rc == 2 and not (tmp / "bad").exists()
 
 

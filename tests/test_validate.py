@@ -207,7 +207,7 @@ def test_every_problem_is_listed_and_cli_exits_2(good, index, repo, capsys, tmp_
     (good / "submission.yaml").write_text(yaml.safe_dump(meta(index, "sar", team=None, threshold=0.5)))
     results = tmp_path / "results"
     n_problems = 3 * len(rows) + 1 + 2  # + the NaN, + team and threshold
-    rc = main(["evaluate", str(good), "--dataset", str(repo), "--results", str(results)])
+    rc = main(["evaluate", str(good), "--dataset", str(repo), "--out", str(results)])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and not results.exists()
     listed = [line for line in err if line.startswith(str(good))]
@@ -239,7 +239,7 @@ def test_nothing_is_unpickled(good, index, repo, tmp_path, capsys):
     pickled_meta = {b"pandas": json.dumps({"columns": []}).encode(), b"aegis": pickle.dumps(_Bomb(marker))}
     pq.write_table(t.replace_schema_metadata(pickled_meta), good / "predictions.parquet")
     assert main(["validate", str(good), "--dataset", str(repo)]) == 0
-    assert main(["evaluate", str(good), "--dataset", str(repo), "--results", str(tmp_path / "res")]) == 0
+    assert main(["evaluate", str(good), "--dataset", str(repo), "--out", str(tmp_path / "res")]) == 0
     assert not marker.exists()
     prov = json.loads((tmp_path / "res" / "good" / "provenance.json").read_text())
     assert set(prov["submission_files"]) == {"model.pkl", "predictions.parquet", "submission.yaml"}

@@ -24,7 +24,6 @@ import shutil
 from importlib.metadata import version as pkg_version
 from pathlib import Path
 
-from tqdm import tqdm
 
 import aegisbench
 from aegisbench.atomic import atomic_write_text, clean_leftovers, drop_partial_writes, output_lock, replace_dir
@@ -41,6 +40,7 @@ from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, c
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
 from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
 from aegisbench.builders.source_table import require_eval_splits, split_counts
+from aegisbench.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         transforms = {s.name: s.transform(params) for s in specs}
         jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
         executor = executor or Executor("local", workers or params.build.workers)
-        bar = tqdm(total=len(jobs), desc="build shards", unit="shard", disable=not progress)
+        bar = progress_bar(len(jobs), "build shards", unit="shard", enabled=progress)
         entries = []
         for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
             entries.append(e)

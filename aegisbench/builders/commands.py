@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import aegisbench
+from aegisbench.cli import command
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice
 from aegisbench.params import Params, SourceParams
@@ -24,50 +25,72 @@ log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sources", help="materialize canonical source tables from params.yaml (or --source-dir)")
+    p = command(sub, "sources", "materialize the canonical source tables from params.yaml (or --source-dir)",
+                "One streamed Parquet table per source (images, boxes, splits) under paths.sources; "
+                "`build` reads them.",
+                ["aegisbench sources", "aegisbench sources --only synthetic_sar",
+                 "aegisbench sources --source-dir /data/HERIDAL --format voc --name heridal"])
     _common(p)
-    p.add_argument("--only", action="append", help="only this source (repeatable)")
+    p.add_argument("--only", action="append", metavar="SOURCE", help="only this source (repeatable)")
     source_args(p)
     p.set_defaults(func=cmd_sources)
 
-    p = sub.add_parser("build", help="build the checksummed HF dataset repo")
+    p = command(sub, "build", "build the checksummed HF dataset repo from the source tables",
+                "Writes every condition (clean and each corruption x severity) as Parquet shards with a "
+                "manifest of SHA-256 digests and a dataset card; resumable and atomic. Sources missing "
+                "from paths.sources are materialized first.",
+                ["aegisbench build", "aegisbench build --skip-sources --workers 4",
+                 "aegisbench build --source-dir /data/HERIDAL --format voc --name heridal "
+                 "--class-map person=person"])
     _common(p)
-    p.add_argument("--out", help="output repo folder (default: paths.dataset in params)")
+    p.add_argument("--out", help="output repo folder (default: paths.dataset of --params)")
     executor_args(p)
-    p.add_argument("--skip-sources", action="store_true", help="reuse existing source tables")
+    p.add_argument("--skip-sources", action="store_true", help="reuse the existing source tables as they are")
     source_args(p)
     p.set_defaults(func=cmd_build)
 
-    p = sub.add_parser("verify", help="re-hash a dataset repo against its manifest")
-    p.add_argument("path", nargs="?", default="data/aegisbench")
+    p = command(sub, "verify", "re-hash a dataset repo against its manifest",
+                "Re-hashes and re-decodes every file (shard contents, digest, card); exit 2 on any "
+                "difference, one line each.",
+                ["aegisbench verify", "aegisbench verify data/aegisbench"])
+    p.add_argument("path", nargs="?", default="data/aegisbench", help="dataset repo folder")
     p.set_defaults(func=cmd_verify)
 
-    p = sub.add_parser("preview", help="contact-sheet PNG of every source; --grid: one frame under every "
-                       "corruption x severity")
+    p = command(sub, "preview", "contact-sheet PNG of every source; --grid: one frame under every "
+                "corruption x severity",
+                "Contact sheets <source>.png of a split; with --grid also <source>_grid.png, the "
+                "same frame under every condition of the severity table.",
+                ["aegisbench preview", "aegisbench preview --grid --cell 160",
+                 "aegisbench preview --grid --source-table data/sources/heridal.parquet --image-id IMG "
+                 "--table calibration/heridal.yaml"])
     _common(p)
     p.add_argument("--source-table", action="append", type=Path, metavar="TABLE",
                    help="preview this canonical source table instead of the sources of --params (repeatable)")
     p.add_argument("--dataset", help="preview the sources of this dataset repo (default: paths.dataset when "
                    "built there, else the sources of --params)")
-    p.add_argument("--out", default="data/preview", help="folder for the PNGs (default data/preview)")
-    p.add_argument("--split", default="test", help="split of the contact sheets (default test)")
+    p.add_argument("--out", default="data/preview", help="folder for the PNGs")
+    p.add_argument("--split", default="test", help="split of the contact sheets")
     p.add_argument("--grid", action="store_true",
                    help="also write <source>_grid.png: one frame under every corruption x severity")
     p.add_argument("--image-id", help="frame for --grid, from any split (default: the first of --split)")
     p.add_argument("--table", type=Path, help="severity table (YAML) for --grid (default: build.severity_table)")
-    p.add_argument("--cell", type=int, default=200, help="tile size of --grid in px (default 200)")
+    p.add_argument("--cell", type=int, default=200, help="tile size of --grid in px")
     p.set_defaults(func=cmd_preview)
 
-    p = sub.add_parser("publish", help="upload a verified dataset repo to the Hugging Face Hub")
+    p = command(sub, "publish", "upload a verified dataset repo to the Hugging Face Hub",
+                "Verifies the repo first; --dry-run lists every file with its size and SHA-256 and "
+                "uploads nothing.",
+                ["aegisbench publish --repo-id ORG/aegisbench --dry-run",
+                 "aegisbench publish --repo-id ORG/aegisbench"])
     p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo folder (default data/aegisbench)")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo folder")
     p.add_argument("--dry-run", action="store_true", help="list exactly what would be uploaded, upload nothing")
     p.add_argument("--private", action="store_true", help="create the Hub repo as private")
     p.set_defaults(func=cmd_publish)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    p.add_argument("--params", default="params.yaml", help="params file")
 
 
 def source_args(p: argparse.ArgumentParser) -> None:
@@ -79,7 +102,7 @@ def source_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--source-dir", help="build from this local dataset folder instead of the params sources")
     g.add_argument("--format", help=f"format of --source-dir: {', '.join(SOURCE_FORMATS)}")
     g.add_argument("--name", help="source name, snake_case (e.g. heridal)")
-    g.add_argument("--track", default="sar", help="detection track of the source: sar (default) or smoke")
+    g.add_argument("--track", default="sar", help="detection track of the source: sar or smoke")
     g.add_argument("--modality", help="the sensor: rgb (default) or thermal")
     g.add_argument("--class-map", help="CLASS=TARGET[,...]; TARGET the track's label, none (drop) or ignore "
                    "(an ignore region); every class of the data must be named")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import aegisbench
 from aegisbench.atomic import atomic_write_text
+from aegisbench.cli import command
 from aegisbench.corruptions.calibrate import calibrate, load_table, save_table, select_sample
 from aegisbench.corruptions.conditions import GEOMETRIES
 from aegisbench.errors import BadInput
@@ -35,11 +36,14 @@ log = logging.getLogger(__name__)
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser(
-        "calibrate", help="measure (and fit) the corruption severity ladders on a sample",
-        description="Measure each corruption's declared statistic at s1..s3 on a seeded "
-                    "sample of a source table; with --fit, solve each severity's ladder "
-                    "parameter to hit the declared targets within 2%%.")
+    p = command(subparsers, "calibrate", "measure (and fit) the corruption severity ladders on a sample",
+                "Measure each corruption's declared statistic at s1..s3 on a seeded sample of a source "
+                "table; with --fit, solve each severity's ladder parameter to hit the declared targets "
+                "within --rtol. A ladder that is not strictly monotone is refused (exit 2).",
+                ["aegisbench calibrate --source-table data/sources/synthetic_sar.parquet --sample 20 "
+                 "--metrics calibration/report.json",
+                 "aegisbench calibrate --source-table data/sources/heridal.parquet --sample 20 --fit "
+                 "--out calibration/heridal.yaml"])
     p.add_argument("--source-table", required=True, type=Path, help="canonical source table (Parquet)")
     p.add_argument("--sample", required=True, type=int, help="number of images in the sample")
     p.add_argument("--fit", action="store_true", help="fit the ladder parameters")
@@ -50,9 +54,11 @@ def register(subparsers) -> None:
                    help="only this corruption (repeatable)")
     p.add_argument("--split", action="append", dest="splits", metavar="SPLIT",
                    help="sample only from this split (repeatable)")
-    p.add_argument("--geometry", choices=GEOMETRIES, help="default: build.geometry of --params")
-    p.add_argument("--benchmark-version", help="default: benchmark_version of --params")
-    p.add_argument("--params", default="params.yaml", help="params file for the defaults")
+    p.add_argument("--geometry", choices=GEOMETRIES,
+                   help="geometry of the corruptions (default: build.geometry of --params)")
+    p.add_argument("--benchmark-version", help="version that seeds the sample (default: benchmark_version "
+                   "of --params)")
+    p.add_argument("--params", default="params.yaml", help="params file (the source of the --geometry and --benchmark-version defaults)")
     p.add_argument("--rtol", type=float, default=0.02, help="fit tolerance (relative)")
     p.set_defaults(func=run_calibrate)
 

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+from aegisbench.cli import command
 from aegisbench.errors import BadInput
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
@@ -20,22 +21,31 @@ REFERENCE_TEAM = "AegisBench reference"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("detect", help="run a wrapped detector over a dataset repo and write a submission")
+    p = command(sub, "detect", "run a wrapped detector over a dataset repo and write a submission",
+                "Verifies the dataset, then predicts every image of the track's configs (tiled when larger "
+                "than --tile) and writes submissions/<id>/ (submission.yaml + predictions); an interrupted "
+                "run resumes per config.",
+                ["aegisbench detect --detector yolo --weights yolo11n.pt --track sar --out submissions/my_yolo "
+                 "--team 'My lab'",
+                 "aegisbench detect --detector rtdetr --weights rtdetr-l.pt --track smoke "
+                 "--out submissions/my_rtdetr --team 'My lab' --device cuda:0 --half"])
     _detector_args(p)
     p.add_argument("--track", required=True, help="sar or smoke")
     p.add_argument("--classes", help="model classes (names or ids, comma-separated) that are the track's target "
                    "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
                    "target, or a single-class model's one class")
     p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
-    p.add_argument("--name", help="submission name (default: the folder name)")
-    p.add_argument("--model", help="model description (default: detector and weights file)")
-    p.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
+    g = p.add_argument_group("submission.yaml")
+    g.add_argument("--name", help="submission name (default: the folder name)")
+    g.add_argument("--model", help="model description (default: detector and weights file)")
+    g.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
                    "unless --reference")
-    p.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
+    g.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
                    f"team defaults to {REFERENCE_TEAM!r}")
-    p.add_argument("--contact", default="n/a")
-    p.add_argument("--license", default="MIT")
-    p.add_argument("--description", default="Predictions written by aegisbench detect.")
+    g.add_argument("--contact", default="n/a", help="contact (e-mail or URL)")
+    g.add_argument("--license", default="MIT", help="license of the predictions")
+    g.add_argument("--description", default="Predictions written by aegisbench detect.",
+                   help="free-text description")
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
     p.add_argument("--executor", help="local (default: this process, or --workers processes) or ray "
                    "(Ray Data actors, one per GPU of the cluster)")
@@ -44,8 +54,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     p.set_defaults(func=cmd_detect)
 
-    p = sub.add_parser("warp-detect", help="WARP cloud-patch deception test: add warp_patch.parquet to a "
-                       "smoke submission")
+    p = command(sub, "warp-detect", "WARP cloud-patch deception test: add warp_patch.parquet to a smoke "
+                "submission",
+                "Pastes a cloud patch at every position of a --grid x --grid lattice over each smoke test "
+                "image and records the detector's answer; run after `detect` on the same folder.",
+                ["aegisbench warp-detect --detector yolo --weights yolo11n.pt --out submissions/my_yolo_smoke",
+                 "aegisbench warp-detect --detector yolo --weights w.pt --out submissions/s --grid 10 "
+                 "--max-images 4"])
     _detector_args(p)
     p.add_argument("--out", required=True, help="existing smoke submission folder (written by detect)")
     p.add_argument("--grid", type=int, default=WARP_GRID,
@@ -55,8 +70,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
     p.set_defaults(func=cmd_warp)
 
-    p = sub.add_parser("train-reference", help="train the reference detector (Ultralytics YOLO from its "
-                       "model YAML, offline) on a source's train split")
+    p = command(sub, "train-reference", "train the reference detector (Ultralytics YOLO from its model YAML, "
+                "offline) on a source's train split",
+                "Pinned seed, epochs and recipe from the reference_detector section of --params; writes "
+                "weights.pt and train.json (with clean val/test scores unless --no-score). Progress is "
+                "one line per --progress-interval; Ultralytics' own output only with -v.",
+                ["aegisbench train-reference --source synthetic_sar --out data/models/reference_sar",
+                 "aegisbench train-reference --source heridal --out data/models/heridal --epochs 5 -v"])
     p.add_argument("--params", default="params.yaml", help="params file with a reference_detector section")
     p.add_argument("--source", required=True, help="source name: a params source or one built with `build "
                    "--source-dir --name NAME` (its table is <paths.sources>/<source>.parquet)")
@@ -69,21 +89,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--detector", required=True, help="yolo, rtdetr or fasterrcnn")
-    p.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo (default data/aegisbench)")
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
-    p.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
-    p.add_argument("--half", action="store_true", help="FP16 inference on CUDA")
-    p.add_argument("--conf", type=float, default=0.001, help="score floor handed to the model (near zero)")
-    p.add_argument("--imgsz", type=int, help="model input size (default: native window size)")
-    p.add_argument("--tile", type=int, default=1024, help="tile size for frames larger than it")
-    p.add_argument("--overlap", type=int, default=256, help="tile overlap in px")
-    p.add_argument("--merge-iou", type=float, default=0.5, help="IoU of the seam NMS between tiles")
-    p.add_argument("--keep-cut", action="store_true", help="keep boxes cut by an inner tile edge")
-    p.add_argument("--frames-per-batch", type=int, default=8, help="frames per predict call")
-    p.add_argument("--loader-workers", type=int, default=2, help="image decoding threads")
-    p.add_argument("--no-progress", action="store_true")
+    g = p.add_argument_group("detector")
+    g.add_argument("--detector", required=True, help="yolo, rtdetr or fasterrcnn")
+    g.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
+    g.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
+    g.add_argument("--half", action="store_true", help="FP16 inference on CUDA")
+    g.add_argument("--conf", type=float, default=0.001, help="score floor handed to the model (near zero)")
+    g.add_argument("--imgsz", type=int, help="model input size (default: native window size)")
+    t = p.add_argument_group("tiling and loading")
+    t.add_argument("--tile", type=int, default=1024, help="tile size for frames larger than it")
+    t.add_argument("--overlap", type=int, default=256, help="tile overlap in px")
+    t.add_argument("--merge-iou", type=float, default=0.5, help="IoU of the seam NMS between tiles")
+    t.add_argument("--keep-cut", action="store_true", help="keep boxes cut by an inner tile edge")
+    t.add_argument("--frames-per-batch", type=int, default=8, help="frames per predict call")
+    t.add_argument("--loader-workers", type=int, default=2, help="image decoding threads")
 
 
 def _options(args):
@@ -132,7 +153,7 @@ def cmd_detect(args) -> int:
         raise BadInput("--team is required: who made the model (only a reference row of the pipeline, "
                        "--reference, goes without)", where="--team")
     run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers,
-                     progress=not args.no_progress, overwrite=args.overwrite)
+                     progress=True, overwrite=args.overwrite)
     info = SubmissionInfo(name=args.name or out.name, model=args.model or f"{args.detector}:{Path(args.weights).name}",
                           team=team, contact=args.contact, license=args.license, description=args.description)
 
@@ -164,7 +185,7 @@ def cmd_warp(args) -> int:
         raise BadInput("not a submission folder (no submission.yaml); run aegisbench detect first", where=str(out))
     manifest, detector = _prepare(args)
     report = run_warp(detector, args.dataset, out, params, variants_per_batch=args.frames_per_batch,
-                      progress=not args.no_progress, manifest=manifest)
+                      progress=True, manifest=manifest)
     print(f"wrote {out / 'warp_patch.parquet'}: {report['images']} images x {args.grid ** 2} positions, "
           f"{report['variants_per_s']:.2f} variants/s")
     return 0

@@ -225,6 +225,7 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
                     *, score: bool = True) -> dict:
     """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``."""
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
+    from aegisbench.progress import trainer_progress
 
     isa.require("the reference detector's weights")
     out = Path(out_dir)
@@ -239,6 +240,7 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
         work = Path(scratch)
         data_yaml = export_yolo_dataset(source_table, work / "dataset", params)
         model = YOLO(params.model_path())
+        trainer_progress(model, f"train {Path(source_table).stem}")
         threads = params.threads
         if threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
             model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(threads))

@@ -37,7 +37,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from tqdm import tqdm
 
 from aegisbench import isa
 from aegisbench.atomic import (atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir,
@@ -51,6 +50,7 @@ from aegisbench.fields import check_int
 from aegisbench.executor import Executor
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.predictions import PREDICTION_SCHEMA, write_parquet_predictions
+from aegisbench.progress import progress as progress_bar
 from aegisbench.vocab import CLEAN, DETECTION_TRACKS, TRACK_LABELS
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ def _run_locked(detector: Detector, repo: Path, track: str, out: Path, info: Sub
     key = run_key(detector, manifest, track, spec.options if spec else None, warp_noise)
     staging, parts, todo = _resume(out, plan, key)
     sizes = {(c, s): manifest["configs"][c]["splits"][s]["rows"] for c in todo for s in plan[c]}
-    bar = tqdm(total=sum(sizes.values()), desc=f"detect {track}", unit="img", disable=not run.progress)
+    bar = progress_bar(sum(sizes.values()), f"detect {track}", unit="img", enabled=run.progress)
     t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
     if spec is None:
         batches = _local_batches(detector, repo, manifest, plan, todo, levels, run)

@@ -57,6 +57,9 @@ def import_ultralytics():
 
     if fresh and torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
+    if fresh:  # its logger prints to stdout in colour: the command line's handler instead
+        from aegisbench.logs import adopt
+        adopt("ultralytics")
     return ultralytics
 
 

@@ -29,7 +29,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
-from tqdm import tqdm
 
 from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, resumable_dir
 from aegisbench.builders.manifest import require_verified
@@ -41,6 +40,7 @@ from aegisbench.detectors.runner import detector_record
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_bool, check_int
 from aegisbench.hashing import json_sha256, rng_for
+from aegisbench.progress import progress as progress_bar
 from aegisbench.vocab import CLEAN, SMOKE, TRACK_LABELS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,7 @@ def _predict_images(detector: Detector, todo: list, params: WarpParams, staging:
                         return
                     chunk = []
 
-    bar = tqdm(total=len(todo) * A, desc="warp patch", unit="variant", disable=not progress)
+    bar = progress_bar(len(todo) * A, "warp patch", unit="variant", enabled=progress)
     t0, current, cols = time.perf_counter(), None, None
     for k, split, image_id, chunk in background(produce, depth=3):
         if current != k:

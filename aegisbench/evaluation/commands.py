@@ -22,6 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
+from aegisbench.cli import command, deprecated_alias
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.submission import ValidationLimits
@@ -49,34 +50,46 @@ def parse_grid(text: str) -> tuple[float, ...] | None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("submission", help="submission folder (submission.yaml + predictions)")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo (default data/aegisbench)")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
     d = ValidationLimits()
     p.add_argument("--max-dets-per-image", type=int, default=d.max_dets_per_image,
-                   help="declared cap of detections per image (default %(default)s)")
+                   help="declared cap of detections per image")
     p.add_argument("--max-file-bytes", type=int, default=d.max_file_bytes,
-                   help="declared size limit of one file (default %(default)s)")
+                   help="declared size limit of one file in bytes")
     p.add_argument("--frame-tolerance", type=float, default=d.frame_tolerance_px,
-                   help="pixels a box may extend beyond the frame (default %(default)s)")
-    p.add_argument("--warp-grid", type=int, default=WARP_GRID, help="WARP cloud-patch grid side (default %(default)s)")
+                   help="pixels a box may extend beyond the frame")
+    p.add_argument("--warp-grid", type=int, default=WARP_GRID, help="WARP cloud-patch grid side")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("validate", help="check a submission folder (every problem listed) before scoring")
+    p = command(sub, "validate", "check a submission folder (every problem listed) before scoring",
+                "Any track (read from submission.yaml). Every problem is one line `file:row N field F: "
+                "message` on stderr (at most 50, then a count), exit 2; nothing is written.",
+                ["aegisbench validate submissions/my_yolo",
+                 "aegisbench validate submissions/my_yolo --dataset runs/fast/data/aegisbench"])
     _common(p)
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("evaluate", help="validate, freeze thresholds on clean validation, score every condition "
-                                        "and write results/<id>/")
+    p = command(sub, "evaluate", "validate, freeze thresholds on clean validation, score every condition "
+                "and write results/<id>/",
+                "Detection tracks: the operating threshold is frozen at maximum F1 on the clean <source>_val "
+                "predictions and applied unchanged to every condition; recall, precision, F1 and mAP get "
+                "bootstrap intervals. Fire spread: scored per S-Level with the threshold the dataset declares.",
+                ["aegisbench evaluate submissions/my_yolo",
+                 "aegisbench evaluate submissions/my_yolo --out results --n-resamples 200 --stratify time",
+                 "aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto"])
     _common(p)
-    p.add_argument("--results", default="results", help="results folder (default results)")
+    p.add_argument("--out", default="results", dest="results", metavar="DIR",
+                   help="results folder: writes <out>/<submission id>/")
+    deprecated_alias(p, "--results", "--out")
     p.add_argument("--threshold-grid", default="scores",
-                   help="threshold candidates: 'scores' (every distinct val score, default), 'seed001' "
+                   help="threshold candidates: 'scores' (every distinct val score), 'seed001' "
                         "(0.01..0.20) or comma-separated values")
     p.add_argument("--max-dets", type=int, default=None,
                    help="per-image cap for mAP (default: none, every prediction counts)")
     p.add_argument("--n-resamples", type=int, default=BootstrapParams().n_resamples,
-                   help="bootstrap resamples (images; initial conditions for fire-spread; default %(default)s)")
+                   help="bootstrap resamples (images; initial conditions for fire spread)")
     p.add_argument("--stratify", action="append", default=[], metavar="COLUMN",
                    help="also report every detection metric per value of this per-image meta column (e.g. time "
                         "from --meta-pattern), with its own interval; repeatable")
@@ -86,11 +99,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("export-coco", help="write COCO GT JSON per config and per config/split (integer ids "
-                                           "for COCO results submissions)")
-    p.add_argument("--dataset", default="data/aegisbench")
+    p = command(sub, "export-coco", "write COCO GT JSON per config and per config/split",
+                "Integer image and category ids for COCO-format results submissions; the dataset is "
+                "re-hashed first unless --no-verify.",
+                ["aegisbench export-coco --out coco_gt",
+                 "aegisbench export-coco --dataset runs/fast/data/aegisbench --out /tmp/coco --no-verify"])
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--no-verify", action="store_true")
+    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
     p.set_defaults(func=cmd_export_coco)
 
 
@@ -141,11 +157,31 @@ def cmd_evaluate(args) -> int:
     except SubmissionInvalid as exc:
         return _print_problems(exc)
     prov = json.loads((out / "provenance.json").read_text())
-    thr = prov.get("frozen_threshold")
-    thr_text = ", ".join(f"{k}={v:g}" for k, v in thr.items()) if isinstance(thr, dict) else str(thr)
-    print(f"wrote {out} (frozen thresholds: {thr_text}; "
+    print(f"wrote {out} ({threshold_summary(prov)}; "
           f"{len(prov.get('degenerate_intervals', []))} degenerate interval(s))")
     return 0
+
+
+def threshold_summary(prov: dict) -> str:
+    """What the evaluator froze, in words, from a results provenance.
+
+    >>> threshold_summary({"frozen_threshold": {"synthetic_sar": 0.25}})
+    'threshold frozen on clean val: synthetic_sar=0.25'
+    >>> threshold_summary({"frozen_threshold": None, "f2r_threshold": {"value": 0.5}})
+    'F2R threshold 0.5, declared by the dataset (fire spread freezes none)'
+    >>> threshold_summary({"frozen_threshold": {}})
+    'no threshold frozen: no source was scored'
+    """
+    thr = prov.get("frozen_threshold")
+    if isinstance(thr, dict) and thr:
+        return "threshold frozen on clean val: " + ", ".join(
+            f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}=none" for k, v in sorted(thr.items()))
+    if isinstance(thr, dict):
+        return "no threshold frozen: no source was scored"
+    declared = (prov.get("f2r_threshold") or {}).get("value")
+    if declared is not None:
+        return f"F2R threshold {declared:g}, declared by the dataset (fire spread freezes none)"
+    return "no threshold frozen (this track scores without one)"
 
 
 def cmd_export_coco(args) -> int:

@@ -42,7 +42,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from tqdm import tqdm
 
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import Resamples
@@ -57,6 +56,7 @@ from aegisbench.evaluation.threshold import freeze_threshold
 from aegisbench.evaluation.tracks import Track, get_track, register_track
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.metrics import condition_cells, image_positive
+from aegisbench.progress import progress as progress_bar
 from aegisbench.vocab import CLEAN, DETECTION_TRACKS, SAR, SMOKE
 
 log = logging.getLogger(__name__)
@@ -274,7 +274,7 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
                        f"(missing: {', '.join(f'{s}_val' for s in no_val)})", where=str(index.repo))
     check_columns(index, sources, params.stratify)
     total = sum(1 for s in sources if s not in no_val for c in index.configs() if index.split_info(c, s) is not None)
-    bar = tqdm(total=total, desc=f"evaluate {sub.id}", unit="config", disable=None if progress else True)
+    bar = progress_bar(total, f"evaluate {sub.id}", unit="config", enabled=progress)
     if executor.kind == "local" and executor.workers == 1:
         parts = (score_source(sub, index, s, params, bar.update) for s in sources)
     else:

@@ -11,14 +11,19 @@ import argparse
 import logging
 from pathlib import Path
 
+from aegisbench.cli import command, deprecated_alias
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("firespread-baselines", help="write the reference forecasters' submissions")
-    p.add_argument("--dataset", default="data/aegisbench")
+    p = command(sub, "firespread-baselines", "write the reference forecasters' submissions",
+                "Ensemble oracle, persistence, a spread heuristic and a small ConvLSTM trained on the train "
+                "initial conditions, each as submissions/<name>/ for `validate` and `evaluate`.",
+                ["aegisbench firespread-baselines",
+                 "aegisbench firespread-baselines --only persistence,convlstm --convlstm-steps 60 --dtype float16"])
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--out", default="submissions", help="parent folder of the submissions")
     p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
     p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
@@ -26,27 +31,41 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
     p.set_defaults(func=cmd_baselines)
 
-    p = sub.add_parser("firespread-simulate", help="run one ensemble and print its macro statistics")
-    p.add_argument("--params", default="params.yaml")
-    p.add_argument("--ic", type=int, default=0)
-    p.add_argument("--s-level", type=int, default=20)
-    p.add_argument("--realizations", type=int)
+    p = command(sub, "firespread-simulate", "run one fire-spread ensemble and print its macro statistics",
+                "One initial condition at one S-Level with the params.yaml fire-spread model: depletion "
+                "steps, final E[Z] and SD[Z], the largest SD[Z_t].",
+                ["aegisbench firespread-simulate --ic 0 --s-level 20",
+                 "aegisbench firespread-simulate --ic 3 --s-level 60 --realizations 50"])
+    p.add_argument("--params", default="params.yaml", help="params file with a firespread section")
+    p.add_argument("--ic", type=int, default=0, help="initial condition index")
+    p.add_argument("--s-level", type=int, default=20, help="S-Level, 0..100 (stochasticity of the spread)")
+    p.add_argument("--realizations", type=int, help="ensemble size (default: firespread.realizations)")
     p.set_defaults(func=cmd_simulate)
 
-    p = sub.add_parser("firespread-report", help="seed 003 Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S "
-                       "table stratified by Var[Z_t]")
-    p.add_argument("--dataset", default="data/aegisbench")
+    p = command(sub, "firespread-report", "seed 003 Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S table "
+                "stratified by Var[Z_t]",
+                "Reads the fire-spread statistic of the dataset and the fire-spread results; replaces --out "
+                "whole.",
+                ["aegisbench firespread-report",
+                 "aegisbench firespread-report --results results --out reports/firespread"])
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--results", default="results", help="results folder (fire-spread results are read from it)")
     p.add_argument("--out", default="reports/firespread", help="report folder (replaced whole)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("firespread-ndws", help="score forecasts on Next Day Wildfire Spread TFRecords")
+    p = command(sub, "firespread-ndws", "score forecasts on Next Day Wildfire Spread TFRecords",
+                "Reads NDWS .tfrecord files without TensorFlow and scores a forecast (persistence or a "
+                "Parquet file) with the fire-spread metrics and bootstrap intervals.",
+                ["aegisbench firespread-ndws ndws/next_day_wildfire_spread_test_00.tfrecord",
+                 "aegisbench firespread-ndws ndws/*.tfrecord --forecast my_forecast.parquet --out reports/ndws "
+                 "--n-resamples 200"])
     p.add_argument("tfrecords", nargs="+", help="NDWS .tfrecord files (no TensorFlow needed)")
     p.add_argument("--forecast", default="persistence",
                    help="'persistence' or a Parquet file with columns sample (int), probability (64x64)")
     p.add_argument("--out", help="write metrics.parquet and calibration.png here")
-    p.add_argument("--n-boot", type=int, default=1000)
-    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--n-resamples", type=int, default=1000, dest="n_boot", metavar="N", help="bootstrap resamples (samples)")
+    deprecated_alias(p, "--n-boot", "--n-resamples")
+    p.add_argument("--threshold", type=float, default=0.5, help="probability above which a cell is burnt")
     p.set_defaults(func=cmd_ndws)
 
 
@@ -101,7 +120,7 @@ def cmd_report(args) -> int:
 
 def cmd_ndws(args) -> int:
     from aegisbench.firespread.ndws import score_ndws
-    _positive(args.n_boot, "--n-boot")
+    _positive(args.n_boot, "--n-resamples")
     table = score_ndws(args.tfrecords, args.forecast, out=args.out, n_boot=args.n_boot, threshold=args.threshold)
     print(f"scored {len(args.tfrecords)} file(s): {table.num_rows} metric rows"
           + (f" -> {args.out}" if args.out else ""))

@@ -6,18 +6,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from aegisbench.cli import command
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "leaderboard", help="build leaderboard/ (Parquet, Markdown, static site) from results/",
-        description="Merge every current results/<id>/ into leaderboard/: long-format Parquet, README.md and a "
-                    "static site, per condition with intervals (never one averaged score). Optionally also "
-                    "write the per-condition metrics for `dvc metrics show` and the severity curves for "
-                    "`dvc plots show`.")
-    p.add_argument("--results", default="results", help="folder of results/<id>/ (default results)")
+    p = command(sub, "leaderboard", "build leaderboard/ (Parquet, Markdown, static site) from results/",
+                "Merge every current results/<id>/ into leaderboard/: long-format Parquet, README.md and a "
+                "static site, per condition with intervals (never one averaged score). Optionally also write "
+                "the per-condition metrics for `dvc metrics show` and the severity curves for `dvc plots show`.",
+                ["aegisbench leaderboard", "aegisbench leaderboard --reference reference_sar --strict",
+                 "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity"])
+    p.add_argument("--results", default="results", help="folder of results/<id>/")
     p.add_argument("--dataset", default="data/aegisbench",
-                   help="dataset repo whose manifest digest results must match (default data/aegisbench)")
-    p.add_argument("--out", default="leaderboard", help="output folder (default leaderboard)")
+                   help="dataset repo whose manifest digest results must match")
+    p.add_argument("--out", default="leaderboard", help="output folder")
     p.add_argument("--evaluator-version", default=None,
                    help="current evaluator version (default: the installed evaluator's)")
     p.add_argument("--reference", action="append", default=[], metavar="ID",

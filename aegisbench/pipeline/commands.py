@@ -14,16 +14,22 @@ import sys
 from pathlib import Path
 
 from aegisbench.builders.commands import executor_args
+from aegisbench.cli import command, export_global_options
 from aegisbench.errors import BadInput
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("run", help="the whole pipeline under dvc repro (sources -> build -> reference "
-                       "detector -> detect -> evaluate -> leaderboard); prints where the page is")
-    p.add_argument("--params", default="params.yaml", help="params file (default params.yaml)")
+    p = command(sub, "run", "the whole pipeline under dvc repro, then where the leaderboard page is",
+                "sources -> build -> reference detectors -> detect -> evaluate -> leaderboard, each stage a "
+                "`dvc.yaml` stage (rerun only when its inputs change). Every long stage reports progress: a "
+                "bar on a terminal, else a line every --progress-interval seconds.",
+                ["aegisbench run --fast        # a few images in runs/fast, minutes",
+                 "aegisbench run               # the full benchmark",
+                 "aegisbench run --executor ray --ray-address auto"])
+    p.add_argument("--params", default="params.yaml", help="params file")
     p.add_argument("--fast", action="store_true",
                    help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
-    p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast (default runs/fast)")
+    p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast")
     executor_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -37,6 +43,7 @@ def cmd_run(args) -> int:
     check_runnable(checkout)
     params = Params.load(args.params)  # validates before anything runs
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
+    export_global_options(args)  # and their -v/-q and --progress-interval
     if args.fast:
         project = prepare_project(checkout, args.fast_dir, fast_params(params.raw))
     else:

@@ -104,7 +104,7 @@ def _one_line_error(capsys) -> str:
 
 
 def _evaluate(sub: Path, repo: Path, out: Path, *extra: str) -> int:
-    return main(["evaluate", str(sub), "--dataset", str(repo), "--results", str(out), "--n-resamples", "10", *extra])
+    return main(["evaluate", str(sub), "--dataset", str(repo), "--out", str(out), "--n-resamples", "10", *extra])
 
 
 # ------------------------------------------------------------------ honest

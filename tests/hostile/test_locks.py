@@ -82,8 +82,8 @@ def test_concurrent_evaluations_write_what_sequential_ones_write(tmp_path):
             for i in range(3)]
     common = ["--dataset", str(tmp_path / "repo"), "--n-resamples", "50"]
     for sub in subs:
-        assert main(["evaluate", str(sub), "--results", str(tmp_path / "seq"), *common]) == 0
-    procs = [subprocess.Popen([*CLI, "evaluate", str(sub), "--results", str(tmp_path / "par"), *common],
+        assert main(["evaluate", str(sub), "--out", str(tmp_path / "seq"), *common]) == 0
+    procs = [subprocess.Popen([*CLI, "evaluate", str(sub), "--out", str(tmp_path / "par"), *common],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for sub in subs]
     for proc in procs:
         assert proc.wait(timeout=300) == 0, proc.stderr.read()

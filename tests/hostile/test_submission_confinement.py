@@ -64,7 +64,7 @@ def test_a_symlinked_submission_folder_is_refused_and_results_are_untouched(good
     (results / "good" / "metrics.parquet").write_text("the real result")
     evil = good.parent / "evil"
     evil.symlink_to(good, target_is_directory=True)
-    rc = main(["evaluate", str(evil), "--dataset", str(repo), "--no-verify", "--results", str(results)])
+    rc = main(["evaluate", str(evil), "--dataset", str(repo), "--no-verify", "--out", str(results)])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and err == [f"aegisbench evaluate: error: {evil}: the submission folder is a symbolic link; "
                                "links are not followed: give the real folder"]
