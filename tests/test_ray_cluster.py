@@ -1,0 +1,121 @@
+"""A real two-node Ray cluster on this machine (``ray.cluster_utils.Cluster``: a head and a
+second node, each its own raylet with one CPU and a small object store): ``build``,
+``detect`` and ``evaluate`` through the CLI with ``--ray-address`` give the bytes of a
+local one-process run, the run log names both nodes, a node killed mid-build or
+mid-detect costs nothing, and a node that differs from the driver is refused."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+ray = pytest.importorskip("ray")
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from aegisbench.builders.build import build_repo  # noqa: E402
+from aegisbench.builders.manifest import verify_repo  # noqa: E402
+from aegisbench.cli import main  # noqa: E402
+from aegisbench.executor import Executor  # noqa: E402
+from test_executor import reference_build  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+STORE = 100_000_000  # bytes of object store per node: nothing large goes through it
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Head + second node, one CPU each, workers importing this checkout; torn down after."""
+    if ray.is_initialized():
+        ray.shutdown()
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *([old] if old else [])])
+    temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a length limit
+    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, object_store_memory=STORE,
+                                                          include_dashboard=False, temp_dir=temp))
+    try:
+        second = c.add_node(num_cpus=1, object_store_memory=STORE)
+        c.wait_for_nodes()
+        yield c, second
+    finally:
+        ray.shutdown()
+        c.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return reference_build(tmp_path_factory.mktemp("cluster"))
+
+
+@pytest.fixture(scope="module")
+def weights(tiny):
+    from _detkit import trained_checkpoint  # detect refuses untrained checkpoints
+    return trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", tiny[0] / "tiny.pt")
+
+
+def _nodes_logged(caplog, what: str) -> set[str]:
+    """Node ids of the run log's summary line ``ray: N <what> ... on K node(s): id=count, ...``."""
+    found = set()
+    for rec in caplog.records:
+        m = re.match(rf"ray: \d+ {what}.* on \d+ node\(s\): (.*)$", rec.getMessage())
+        if m:
+            found |= {part.split("=")[0] for part in m.group(1).split(", ")}
+    return found
+
+
+def _params_file(tiny, tmp_path: Path) -> Path:
+    root, params = tiny
+    raw = dict(params.raw)
+    raw["paths"] = {"sources": str(root / "sources"), "dataset": str(tmp_path / "repo")}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    return tmp_path / "params.yaml"
+
+
+def _tree(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_build_detect_evaluate_on_two_nodes_equal_local(cluster, tiny, weights, tmp_path, caplog, capsys):
+    c, second = cluster
+    root, _ = tiny
+    both = {c.head_node.node_id, second.node_id}
+    caplog.set_level(logging.INFO, logger="aegisbench")
+    on_cluster = ["--executor", "ray", "--ray-address", c.address]
+
+    rc = main(["build", "--params", str(_params_file(tiny, tmp_path)), "--skip-sources", *on_cluster])
+    assert rc == 0, capsys.readouterr().err
+    assert (tmp_path / "repo" / "manifest.json").read_bytes() == (root / "ref" / "manifest.json").read_bytes()
+    assert verify_repo(tmp_path / "repo").ok
+    assert _nodes_logged(caplog, "_run_task") == both  # shards ran on the head and on the second node
+
+    caplog.clear()
+    common = ["detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(root / "ref"),
+              "--track", "sar", "--batch", "4", "--frames-per-batch", "3", "--no-progress", "--name", "tiny"]
+    assert main([*common, "--out", str(tmp_path / "local")]) == 0
+    rc = main([*common, "--out", str(tmp_path / "ray"), "--device", "cpu", *on_cluster])
+    assert rc == 0, capsys.readouterr().err
+    assert _tree(tmp_path / "ray") == _tree(tmp_path / "local") and _tree(tmp_path / "local")
+    assert _nodes_logged(caplog, "detect job") == both  # one actor per node
+
+    caplog.clear()
+    evaluate = ["evaluate", str(tmp_path / "local"), "--dataset", str(root / "ref"), "--n-resamples", "20"]
+    assert main([*evaluate, "--results", str(tmp_path / "res_local")]) == 0
+    rc = main([*evaluate, "--results", str(tmp_path / "res_ray"), *on_cluster])
+    assert rc == 0, capsys.readouterr().err
+    assert _tree(tmp_path / "res_ray") == _tree(tmp_path / "res_local") and _tree(tmp_path / "res_local")
+    assert _nodes_logged(caplog, "") <= both and _nodes_logged(caplog, "")
