@@ -142,8 +142,9 @@ def import_ray():
     return ray
 
 
-def _probe(address: str) -> None:
-    """Fail fast (BadInput) when nothing listens at ``address``: Ray itself retries for minutes."""
+def _probe(address: str) -> str:
+    """``HOST:PORT`` of ``address`` (``auto`` resolved); BadInput at once when nothing
+    listens there: Ray itself retries for minutes."""
     from ray._private import services
 
     if address.startswith("ray://"):
@@ -162,6 +163,36 @@ def _probe(address: str) -> None:
     except OSError as exc:
         raise BadInput(f"cannot reach a Ray cluster at {target} ({exc.strerror or exc})",
                        where="--ray-address") from None
+    return target
+
+
+def _check_token(target: str) -> None:
+    """BadInput when the cluster at ``target`` refuses this process's token (wrong, expired,
+    missing): one GCS call (Ray itself retries for 20 s), its C++ warning kept off stderr."""
+    if target.startswith("ray://"):
+        return
+    import tempfile
+
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            sys.stderr.flush()
+            os.dup2(sink.fileno(), 2)
+            try:
+                GcsClient(address=target)
+            finally:
+                os.dup2(saved, 2)
+    except AuthenticationError:
+        raise BadInput("the Ray cluster refused this process's token (token authentication: the cluster's "
+                       "token in RAY_AUTH_TOKEN or ~/.ray/auth_token, and RAY_AUTH_MODE=token)",
+                       where=target) from None
+    except Exception as exc:  # noqa: BLE001 - anything else: ray.init reports it
+        log.debug("GCS check of %s: %s", target, exc)
+    finally:
+        os.close(saved)
 
 
 def connect(executor: Executor, paths: Iterable = ()) -> None:
@@ -185,15 +216,14 @@ def connect(executor: Executor, paths: Iterable = ()) -> None:
         ray.init(num_cpus=executor.workers, **quiet)
         log.info("started a local Ray with %d CPU(s)", executor.workers)
         return
-    _probe(executor.ray_address)
-    from ray.exceptions import AuthenticationError
-
+    target = _probe(executor.ray_address)
+    _check_token(target)
     try:
         ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
-    except (AuthenticationError, RuntimeError, ConnectionError) as exc:  # a wrong, expired or missing token
+    except (RuntimeError, ConnectionError) as exc:
         ray.shutdown()
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0].split(". Ensure that")[0]
-        raise BadInput(f"the Ray cluster refused this process: {first}", where=executor.ray_address) from None
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadInput(f"cannot join the Ray cluster: {first}", where=target) from None
     from aegisbench.cluster import preflight
 
     try:
@@ -201,7 +231,7 @@ def connect(executor: Executor, paths: Iterable = ()) -> None:
     except BaseException:
         ray.shutdown()
         raise
-    log.info("joined Ray cluster at %s: %s", executor.ray_address, ray.cluster_resources())
+    log.info("joined Ray cluster at %s: %s", target, ray.cluster_resources())
 
 
 def map_tasks(fn: Callable[[Any], Any], tasks: Iterable, executor: Executor = Executor()) -> Iterator:

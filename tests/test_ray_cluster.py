@@ -10,9 +10,9 @@ import logging
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -22,10 +22,8 @@ ray = pytest.importorskip("ray")
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from aegisbench.builders.build import build_repo  # noqa: E402
 from aegisbench.builders.manifest import verify_repo  # noqa: E402
 from aegisbench.cli import main  # noqa: E402
-from aegisbench.executor import Executor  # noqa: E402
 from test_executor import reference_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,6 +86,41 @@ def _params_file(tiny, tmp_path: Path) -> Path:
 
 def _tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and text.encode() in (p / "cmdline").read_bytes():
+                out.append(int(p.name))
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("bash") or not Path("/proc/self/cmdline").exists(), reason="needs bash, /proc")
+def test_readme_cluster_recipe_script(tiny, weights, tmp_path):
+    """scripts/cluster_smoke.sh: the README's commands with token authentication on a head
+    and a second node, then the refusals (wrong token, hidden data path, no aegisbench)."""
+    root, params = tiny
+    raw = dict(params.raw)
+    raw["paths"] = {"sources": "data/sources", "dataset": "data/aegisbench"}  # the README's layout
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    env = dict(os.environ, PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "cluster_smoke.sh"), str(tmp_path), str(weights)],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = [line for line in run.stderr.splitlines() if line.startswith("cluster_smoke: ")]
+    assert said[-1] == "cluster_smoke: OK"
+    assert any("refused (wrong token)" in line and "token" in line for line in said)
+    assert any("refused (node without aegisbench)" in line and "aegisbench not installed" in line for line in said)
+    assert (tmp_path / "data" / "aegisbench" / "manifest.json").read_bytes() == (root / "ref" / "manifest.json").read_bytes()
+    assert (tmp_path / "results" / "my_yolo" / "provenance.json").is_file()
+    temp = said[0].removeprefix("cluster_smoke: temp dir ")
+    assert temp.startswith("/tmp/") and not _processes_mentioning(temp) and not Path(temp).exists()
 
 
 def test_build_detect_evaluate_on_two_nodes_equal_local(cluster, tiny, weights, tmp_path, caplog, capsys):
