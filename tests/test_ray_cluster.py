@@ -152,3 +152,106 @@ def test_build_detect_evaluate_on_two_nodes_equal_local(cluster, tiny, weights, 
     assert rc == 0, capsys.readouterr().err
     assert _tree(tmp_path / "res_ray") == _tree(tmp_path / "res_local") and _tree(tmp_path / "res_local")
     assert _nodes_logged(caplog, "") <= both and _nodes_logged(caplog, "")
+
+
+# ------------------------------------------------------------------ a node lost mid-run
+
+
+def _raylet_pid(node) -> int:
+    from ray._private import ray_constants
+    return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+
+
+def _titles(raylet: int) -> list[bytes]:
+    """Process titles of the workers the raylet ``raylet`` started."""
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == raylet:
+                out.append((p / "cmdline").read_bytes().split(b"\0")[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _lose_node_while(c, node, title: bytes, run, replace: bool = False) -> dict:
+    """Run ``run`` in a thread; once a worker of ``node`` titled ``title...`` works, kill the
+    node (raylet and workers, SIGKILL) and, with ``replace``, add a fresh node; the outcome
+    of ``run`` (``ok`` or ``error``) and the titles seen on the node."""
+    import threading
+    import time
+
+    outcome: dict = {"seen": set()}
+
+    def target():
+        try:
+            outcome["ok"] = run()
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            outcome["error"] = exc
+
+    t = threading.Thread(target=target)
+    t.start()
+    raylet, deadline = _raylet_pid(node), time.monotonic() + 240
+    while t.is_alive() and time.monotonic() < deadline:
+        titles = _titles(raylet)
+        outcome["seen"].update(titles)
+        if any(x.startswith(title) for x in titles):
+            break
+        time.sleep(0.01)
+    outcome["killed"] = t.is_alive() and any(x.startswith(title) for x in _titles(raylet))
+    if outcome["killed"]:
+        c.remove_node(node, allow_graceful=False)
+        if replace:
+            c.add_node(num_cpus=1, object_store_memory=STORE)
+    t.join(timeout=600)
+    return outcome
+
+
+def _second(c):
+    return next(n for n in c.worker_nodes if n is not c.head_node)
+
+
+@pytest.mark.slow
+def test_a_node_lost_mid_build_costs_nothing(cluster, tiny, tmp_path):
+    """The second node dies while it runs a shard: the shards are retried on the head, the
+    build verifies and its manifest is the uninterrupted build's."""
+    from aegisbench.builders.build import build_repo
+    from aegisbench.executor import Executor
+
+    c, _ = cluster
+    root, params = tiny
+    ex = Executor("ray", ray_address=c.address)
+    out = _lose_node_while(c, _second(c), b"ray::_run_task",
+                           lambda: build_repo(params, out=tmp_path / "lost", progress=False, executor=ex))
+    c.add_node(num_cpus=1, object_store_memory=STORE)  # back to two nodes for the next test
+    assert out["killed"], f"the build finished before the second node ran a shard: saw {out['seen']}"
+    assert "error" not in out, out.get("error")
+    assert verify_repo(tmp_path / "lost").ok
+    assert (tmp_path / "lost" / "manifest.json").read_bytes() == (root / "ref" / "manifest.json").read_bytes()
+
+
+@pytest.mark.slow
+def test_an_actor_lost_mid_detect_is_replaced(cluster, tiny, weights, tmp_path):
+    """The second node dies while its actor predicts a batch; a replacement node joins (as an
+    autoscaler would add one) and the actor restarts there: every frame scored exactly once,
+    the predictions are the local run's."""
+    import pyarrow.parquet as pq
+
+    from aegisbench.detectors.interface import DetectorOptions, load_detector
+    from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect
+    from aegisbench.executor import Executor
+
+    c, _ = cluster
+    root, _ = tiny
+    det = load_detector("yolo", weights, DetectorOptions(batch=4))
+    info, run = SubmissionInfo(name="tiny", model="tiny"), RunOptions(frames_per_batch=3, progress=False)
+    local = run_detect(det, root / "ref", "sar", tmp_path / "local", info, run)
+    ex = Executor("ray", ray_address=c.address)
+    out = _lose_node_while(c, _second(c), b"ray::MapWorker(MapBatches(DetectorActor)).submit",
+                           lambda: run_detect(det, root / "ref", "sar", tmp_path / "ray", info, run, executor=ex,
+                                              device="cpu"), replace=True)
+    assert out["killed"], f"detect finished before the second node's actor predicted: saw {out['seen']}"
+    assert "error" not in out, out.get("error")
+    a, b = pq.read_table(tmp_path / "local" / "predictions.parquet"), pq.read_table(tmp_path / "ray" / "predictions.parquet")
+    assert a.num_rows > 0 and a.equals(b)
+    assert out["ok"]["frames"] == local["frames"] == 10
