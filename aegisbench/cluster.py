@@ -11,8 +11,8 @@ the command's data paths it cannot see. The first node that differs from the dri
 >>> facts = node_facts([__file__, "/no/such/path"])
 >>> facts["missing"]
 ['/no/such/path']
->>> sorted(differences(facts, dict(facts, python="2.7.18")))
-['python 2.7.18 (driver: ...)']
+>>> differences(dict(facts, python="2.7.18"), facts)
+['python 2.7.18 (driver: ...)', 'cannot see /no/such/path']
 """
 
 from __future__ import annotations
