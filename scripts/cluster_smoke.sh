@@ -14,7 +14,8 @@
 # the README, because this machine is shared: HOME points at a scratch folder (so the
 # generated token is this run's ~/.ray/auth_token), RAY_ADDRESS pins what "auto" means
 # (other Rays may run here), and `ray stop` (which stops every Ray of the machine) is
-# replaced by stopping the processes of this run's temp dirs, by pid. Exit 0: all passed.
+# replaced by stopping the processes of this run's temp dirs, by pid; the head port is a free one
+# (6379 may be taken) and every node is small (one CPU). Exit 0: all passed.
 set -euo pipefail
 DATA=$(cd "$1" && pwd)
 WEIGHTS=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
