@@ -30,7 +30,6 @@ never retried; it is re-raised in the caller as the original exception.
 from __future__ import annotations
 
 import ctypes
-import inspect
 import logging
 import os
 import re
@@ -143,8 +142,9 @@ def import_ray():
     return ray
 
 
-def _probe(address: str) -> None:
-    """Fail fast (BadInput) when nothing listens at ``address``: Ray itself retries for minutes."""
+def _probe(address: str) -> str:
+    """``HOST:PORT`` of ``address`` (``auto`` resolved); BadInput at once when nothing
+    listens there: Ray itself retries for minutes."""
     from ray._private import services
 
     if address.startswith("ray://"):
@@ -163,13 +163,45 @@ def _probe(address: str) -> None:
     except OSError as exc:
         raise BadInput(f"cannot reach a Ray cluster at {target} ({exc.strerror or exc})",
                        where="--ray-address") from None
+    return target
 
 
-def connect(executor: Executor) -> None:
+def _check_token(target: str) -> None:
+    """BadInput when the cluster at ``target`` refuses this process's token (wrong, expired,
+    missing): one GCS call (Ray itself retries for 20 s), its C++ warning kept off stderr."""
+    if target.startswith("ray://"):
+        return
+    import tempfile
+
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            sys.stderr.flush()
+            os.dup2(sink.fileno(), 2)
+            try:
+                GcsClient(address=target)
+            finally:
+                os.dup2(saved, 2)
+    except AuthenticationError:
+        raise BadInput("the Ray cluster refused this process's token (token authentication: the cluster's "
+                       "token in RAY_AUTH_TOKEN or ~/.ray/auth_token, and RAY_AUTH_MODE=token)",
+                       where=target) from None
+    except Exception as exc:  # noqa: BLE001 - anything else: ray.init reports it
+        log.debug("GCS check of %s: %s", target, exc)
+    finally:
+        os.close(saved)
+
+
+def connect(executor: Executor, paths: Iterable = ()) -> None:
     """Make Ray usable for ``executor`` (no-op for ``local`` or an initialized Ray).
 
-    With ``ray_address`` it joins that cluster (BadInput when it cannot be reached);
-    without, it starts a local Ray with ``num_cpus=workers``.
+    With ``ray_address`` it joins that cluster (BadInput when it cannot be reached or
+    refuses this process's token) and runs :func:`aegisbench.cluster.preflight`: every
+    alive node must run the driver's Python, Ray and aegisbench and see ``paths`` (the
+    command's data); without, it starts a local Ray with ``num_cpus=workers``.
     """
     if executor.kind != "ray":
         return
@@ -180,13 +212,26 @@ def connect(executor: Executor) -> None:
     cap = {k: os.environ[k] for k in isa.ENV if k in os.environ}
     quiet = dict(logging_level=logging.WARNING, include_dashboard=False, log_to_driver=False,
                  runtime_env={"env_vars": cap})
-    if executor.ray_address is not None:
-        _probe(executor.ray_address)
-        ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
-        log.info("joined Ray cluster at %s: %s", executor.ray_address, ray.cluster_resources())
-    else:
+    if executor.ray_address is None:
         ray.init(num_cpus=executor.workers, **quiet)
         log.info("started a local Ray with %d CPU(s)", executor.workers)
+        return
+    target = _probe(executor.ray_address)
+    _check_token(target)
+    try:
+        ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
+    except (RuntimeError, ConnectionError) as exc:
+        ray.shutdown()
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise BadInput(f"cannot join the Ray cluster: {first}", where=target) from None
+    from aegisbench.cluster import preflight
+
+    try:
+        preflight(paths)
+    except BaseException:
+        ray.shutdown()
+        raise
+    log.info("joined Ray cluster at %s: %s", target, ray.cluster_resources())
 
 
 def map_tasks(fn: Callable[[Any], Any], tasks: Iterable, executor: Executor = Executor()) -> Iterator:
@@ -274,44 +319,59 @@ def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
 _END = object()
 
 
-def _call(fn, task):
-    return fn(task)
+def _on_node(fn, task):
+    """A Ray task's body: ``(id of the node it ran on, fn(task))``."""
+    import ray
+
+    return ray.get_runtime_context().get_node_id(), fn(task)
+
+
+def _task_name(fn) -> str:
+    """``ray::<name>`` in ps: the function's name (a partial's function)."""
+    return getattr(getattr(fn, "func", fn), "__name__", type(fn).__name__)
 
 
 def _map_ray(fn, tasks: Iterable, executor: Executor) -> Iterator:
+    """Tasks on Ray, each logged (DEBUG) with the node it ran on; one INFO line of tasks
+    per node when all are done."""
     connect(executor)
     import ray
     from ray.exceptions import RayTaskError
 
-    options = dict(num_cpus=1, max_retries=executor.max_retries, retry_exceptions=False)
-    if inspect.isfunction(fn):  # the task carries the function's name (``ray::<name>`` in ps)
-        remote, fn_ref = ray.remote(**options)(fn), None
-    else:  # a partial or callable object: shipped once through the object store
-        remote, fn_ref = ray.remote(**options)(_call), ray.put(fn)
+    remote = ray.remote(num_cpus=1, max_retries=executor.max_retries, retry_exceptions=False)(_on_node)
+    remote = remote.options(name=_task_name(fn))
+    fn_ref = ray.put(fn)  # shipped once through the object store
     source = iter(tasks)
     pending: deque = deque()
     limit = executor.in_flight
+    per_node: dict[str, int] = {}
+    done = 0
 
     def fill() -> None:
         while len(pending) < limit:
             task = next(source, _END)
             if task is _END:
                 return
-            pending.append(remote.remote(task) if fn_ref is None else remote.remote(fn_ref, task))
+            pending.append(remote.remote(fn_ref, task))
 
     try:
         fill()
         while pending:
             try:
-                result = ray.get(pending[0])
+                node, result = ray.get(pending[0])
             except RayTaskError as exc:  # the task's own exception: re-raise the original
                 cause = getattr(exc, "cause", None)
                 if isinstance(cause, BaseException):
                     raise cause from None
                 raise
             pending.popleft()
+            log.debug("ray task %d (%s) ran on node %s", done, _task_name(fn), node)
+            per_node[node] = per_node.get(node, 0) + 1
+            done += 1
             fill()
             yield result
+        log.info("ray: %d %s task(s) on %d node(s): %s", done, _task_name(fn), len(per_node),
+                 ", ".join(f"{n}={c}" for n, c in sorted(per_node.items())))
     finally:
         for ref in pending:
             ray.cancel(ref, force=False)

@@ -28,8 +28,8 @@ from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_grap
 
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
          "pipeline")
-_LEAVES = ("hashing", "errors", "isa", "atomic", "readers", "params", "vocab", "importgraph", "executor", "fields",
-           "progress", "logs",
+_LEAVES = ("hashing", "errors", "isa", "atomic", "readers", "params", "vocab", "importgraph", "executor", "cluster",
+           "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
            "firespread.params", "firespread.streams", "firespread.ensemble",
            # the numerical core of scoring: pure functions of boxes and scores (the matcher,

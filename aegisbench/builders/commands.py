@@ -131,12 +131,13 @@ def executor_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
 
 
-def executor_of(args, default_workers: int = 1):
+def executor_of(args, default_workers: int = 1, paths=()):
     """The executor of ``--executor/--workers/--ray-address``, ready to run (Ray joined or
-    started), so that a bad choice fails before anything is written."""
+    started; every node of a joined cluster sees ``paths``), so that a bad choice fails
+    before anything is written."""
     from aegisbench.executor import Executor, connect
     ex = Executor.from_cli(args.executor, args.workers, args.ray_address, default_workers)
-    connect(ex)
+    connect(ex, paths)
     return ex
 
 
@@ -262,7 +263,7 @@ def cmd_build(args) -> int:
     from aegisbench.builders.build import build_repo
     from aegisbench.builders.sources import materialize_sources
     params = _direct_params(args) if args.source_dir else Params.load(args.params).select_tracks(_tracks(args))
-    executor = executor_of(args, params.build.workers)
+    executor = executor_of(args, params.build.workers, (params.sources_dir, args.out or params.dataset_dir))
     if args.source_dir or not args.skip_sources:
         materialize_sources(params, missing_only=not args.source_dir)
     manifest = build_repo(params, out=args.out, executor=executor)

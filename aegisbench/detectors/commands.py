@@ -163,7 +163,8 @@ def cmd_detect(args) -> int:
 
     from aegisbench.executor import Executor, connect
     executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
-    connect(executor)  # a missing or unreachable cluster fails here, before anything is written
+    # a missing or unreachable cluster, or a node that differs, fails here, before anything is written
+    connect(executor, (args.dataset, args.weights, out))
     manifest, detector = _prepare(args, check, on_driver="cpu" if executor.kind == "ray" else None)
     detector.map_classes(TRACK_LABELS[args.track], args.classes)
     report = run_detect(detector, args.dataset, args.track, out, info, run, manifest=manifest,

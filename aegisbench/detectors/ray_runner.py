@@ -187,11 +187,14 @@ class DetectorActor:
     """Ray Data actor: loads the detector once, predicts the jobs of each batch."""
 
     def __init__(self, spec: DetectorSpec):
+        import ray
+
         self.detector = spec.load()
+        self.node = ray.get_runtime_context().get_node_id()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         out = [pickle.dumps(run_job(self.detector, pickle.loads(b))) for b in batch.column("job").to_pylist()]
-        return pa.table({"result": pa.array(out, pa.binary())})
+        return pa.table({"result": pa.array(out, pa.binary()), "node": pa.array([self.node] * len(out), pa.string())})
 
 
 @dataclass(frozen=True)
@@ -234,16 +237,23 @@ def ray_results(spec: DetectorSpec, jobs: list[FrameJob], pool: ActorPool) -> It
                         batch_format="pyarrow", compute=ray.data.ActorPoolStrategy(size=pool.size),
                         num_gpus=pool.num_gpus or None, num_cpus=pool.num_cpus)
     waiting: dict[int, JobResult] = {}
+    per_node: dict[str, int] = {}
     nxt = 0
     for batch in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
-        for blob in batch.column("result").to_pylist():
+        for blob, node in zip(batch.column("result").to_pylist(), batch.column("node").to_pylist()):
             r = pickle.loads(blob)
+            if r.index in waiting or r.index < nxt:  # pragma: no cover - Ray Data ran a job twice
+                raise RuntimeError(f"Ray detect returned job {r.index} twice")
+            log.debug("ray detect job %d (%d frames) ran on node %s", r.index, len(r.image_ids), node)
+            per_node[node] = per_node.get(node, 0) + 1
             waiting[r.index] = r
         while nxt in waiting:
             yield waiting.pop(nxt)
             nxt += 1
     if nxt != len(jobs):  # pragma: no cover - Ray Data lost a row
         raise RuntimeError(f"Ray detect returned {nxt} of {len(jobs)} jobs")
+    log.info("ray: %d detect job(s) on %d node(s): %s", nxt, len(per_node),
+             ", ".join(f"{n}={c}" for n, c in sorted(per_node.items())))
 
 
 def worker_spec(detector: Detector, executor: Executor, requested_device: str | None = None,

@@ -149,7 +149,7 @@ def cmd_evaluate(args) -> int:
         raise BadInput(str(exc), where="command line") from None
     from aegisbench.executor import Executor, connect
     executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
-    connect(executor)
+    connect(executor, (args.submission, args.dataset))
     dataset = Path(args.dataset).absolute() if executor.kind == "ray" else args.dataset  # read on other nodes
     try:
         out = evaluate_submission(args.submission, dataset, args.results, params,
