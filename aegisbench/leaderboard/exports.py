@@ -143,8 +143,10 @@ def curve_svg(section: Section, metric: str, key: str, conds: list[dict], curves
     fire = section.track == FIRESPREAD
     name = label(metric, section.track)
     with matplotlib.rc_context(RC):
-        fig = Figure(figsize=(6.4, 3.6 + 0.2 * len(curves)))
-        ax = fig.add_axes((0.1, 0.14 + 0.05 * len(curves), 0.86, 0.68 - 0.05 * len(curves)))
+        legend, below, plot, above = 0.15 + 0.19 * len(curves), 0.62, 2.4, 0.45  # inches
+        height = legend + below + plot + above
+        fig = Figure(figsize=(6.4, height))
+        ax = fig.add_axes((0.1, (legend + below) / height, 0.86, plot / height))
         for m, pts in curves:
             xs, vs, los, his = zip(*pts)
             ax.fill_between(xs, los, his, color=m.colour, alpha=0.16, linewidth=0)
