@@ -118,7 +118,7 @@ def commit_all(repo: Path, message: str) -> bool:
                               capture_output=True).returncode == 0
     if has_head and staged.returncode == 0:
         return False
-    _call(["git", "commit", "-q", "--no-verify", "-m", message], repo)
+    _call(["git", "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message], repo)
     return True
 
 

@@ -1,14 +1,13 @@
 """Small files the DVC pipeline reads instead of large ones (``python -m aegisbench.pipeline.summaries``).
 
-``digest REPO OUT``: the dataset's *content digest* as a tiny, path-free JSON. Stages after
-``build`` depend on it instead of the whole dataset folder, so a change that only moves rows
-between shards (``build.rows_per_shard``) reruns ``build`` and this stage, and nothing after
-them: DVC sees the same digest file. Per image split the hash covers every row's
-:func:`~aegisbench.builders.hfrepo.content_key` in order, whatever the shards (the hash the
-builder would give the split written as one shard); fire-spread splits keep their shards'
-content hashes (their blocks follow ``firespread.realizations_per_shard``, a fire-spread
-parameter). It trusts the shards' ``sha256`` column (written by the builder; ``aegisbench
-verify`` re-hashes the pixels) and decodes no image.
+``digest REPO OUT``: the dataset's identity as a tiny, path-free JSON: its ``benchmark_version``
+and ``dataset_digest`` (the manifest's, checked; the digest every submission and result names).
+Stages after ``build`` depend on it instead of the dataset folder, so a rebuild that changes
+bytes but not content (a card edit, an encoder writing other PNG bytes for the same pixels)
+reruns ``build`` and this stage, and nothing after them. Re-sharding (``build.rows_per_shard``)
+does rerun them: the pinned dataset digest hashes the shards' content hashes in order, so the
+shard layout is part of the dataset's identity (a submission made on one layout is refused on
+another).
 
 ``ladders REPORT OUT``: the calibration report (``aegisbench calibrate --metrics``) cut to
 what ``dvc metrics show`` should print: per corruption ladder, whether it is monotone and its
@@ -27,55 +26,26 @@ import logging
 import sys
 from pathlib import Path
 
-import pyarrow.parquet as pq
-
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.hashing import json_sha256
 from aegisbench.readers import read_json
 
 log = logging.getLogger(__name__)
 
 
-def _image_split_hash(repo: Path, shards: list[dict]) -> str:
-    """Hash of every row's content key of one image split, across its shards, in order."""
-    from aegisbench.builders.hfrepo import content_key
-    from aegisbench.builders.manifest import repo_file
-
-    keys = []
-    for shard in shards:
-        path = repo_file(repo, shard["path"])
-        columns = [n for n in pq.read_schema(path).names if n != "image"]
-        keys += [content_key(row) for row in pq.read_table(path, columns=columns).to_pylist()]
-    return json_sha256(keys)
-
-
-def content_digest(repo: str | Path) -> dict:
-    """``{"benchmark_version", "content_digest", "rows"}`` of a dataset repo (no path, no layout)."""
+def dataset_identity(repo: str | Path) -> dict:
+    """``{"benchmark_version", "dataset_digest"}`` of a dataset repo (its checked manifest)."""
     from aegisbench.builders.manifest import load_manifest
-    from aegisbench.builders.shard_content import shard_kind
 
-    repo = Path(repo)
     manifest = load_manifest(repo)
-    content, rows = {}, 0
-    for cfg, c in sorted(manifest["configs"].items()):
-        for split, info in sorted(c["splits"].items()):
-            if shard_kind(cfg) == "image":
-                h = _image_split_hash(repo, info["shards"])
-            else:
-                h = json_sha256([s["content_sha256"] for s in info["shards"]])
-            content.setdefault(cfg, {})[split] = h
-            rows += sum(s["rows"] for s in info["shards"])
-    version = manifest["benchmark_version"]
-    return {"benchmark_version": version, "content_digest": json_sha256({"version": version, "configs": content}),
-            "rows": rows}
+    return {"benchmark_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
 
 
-def write_content_digest(repo: str | Path, out: str | Path) -> Path:
-    """Write :func:`content_digest` of ``repo`` to ``out`` (atomic, sorted keys)."""
-    doc = content_digest(repo)
+def write_dataset_identity(repo: str | Path, out: str | Path) -> Path:
+    """Write :func:`dataset_identity` of ``repo`` to ``out`` (atomic, sorted keys)."""
+    doc = dataset_identity(repo)
     atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    log.info("content digest %s -> %s", doc["content_digest"], out)
+    log.info("dataset digest %s -> %s", doc["dataset_digest"], out)
     return Path(out)
 
 
@@ -102,7 +72,7 @@ def write_ladder_summary(report: str | Path, out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aegisbench.pipeline.summaries", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
-    d = sub.add_parser("digest", help="content digest of a dataset repo (path- and layout-free JSON)")
+    d = sub.add_parser("digest", help="benchmark version and dataset digest of a dataset repo (path-free JSON)")
     d.add_argument("repo")
     d.add_argument("out")
     lad = sub.add_parser("ladders", help="per-ladder summary of a calibration report")
@@ -111,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.what == "digest":
-            write_content_digest(args.repo, args.out)
+            write_dataset_identity(args.repo, args.out)
         else:
             write_ladder_summary(args.report, args.out)
     except BadInput as exc:
