@@ -74,7 +74,11 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
                                            "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1",
                                            "warp_noise_100"]
     assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 20  # 1 test IC x 20
-    assert (repo / "data/models/reference_sar/weights.pt").is_file()
+    for key in ("sar", "smoke"):  # the weights and a path-free recipe with its scores, nothing else
+        model = repo / f"data/models/reference_{key}"
+        assert sorted(p.name for p in model.rglob("*")) == ["train.json", "weights.pt"]
+        recipe = (model / "train.json").read_text()
+        assert str(repo) not in recipe and "/tmp" not in recipe and '"scores"' in recipe
     assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
     # the leaderboard: every submission merged, reference rows first, nothing skipped
     board = (repo / "leaderboard/README.md").read_text()
@@ -83,7 +87,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert json.loads((repo / "leaderboard/skipped.json").read_text()) == []
     metrics = _run([*dvc, "metrics", "show", "--json"], repo, env)
     assert "metrics/calibration.json" in metrics and "metrics/leaderboard.json" in metrics
-    assert "reference_sar" in metrics and "low_light_s3" in metrics
+    assert "reference_sar" in metrics and "floor_at" in metrics and "worst_miss" in metrics
     plots = _run([*dvc, "plots", "show", "--json"], repo, env)
     assert "plots/severity/sar__synthetic_sar__low_light.svg" in plots and "\"image\"" in plots
     assert (repo / "dvc.lock").exists() and (repo / "data/preview/synthetic_sar.png").exists()
@@ -91,17 +95,22 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert "Running stage" not in again
     assert "up to date" in again.lower()
 
-    # re-sharding changes the layout (the manifest's dataset digest) but not the content: build
-    # and the content digest rerun, nothing downstream does
+    # the stages after build depend on the dataset's identity, not its folder's bytes: a card-only
+    # change reruns the digest stage, whose output stays the same, and nothing downstream
     digest = (repo / "data/aegisbench.digest.json").read_bytes()
-    assert json.loads(digest)["content_digest"] != manifest["dataset_digest"]  # path- and layout-free
-    params = yaml.safe_load((repo / "params.yaml").read_text())
-    params["build"]["rows_per_shard"] = 1
-    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    resharded = _run([*dvc, "repro"], repo, env)
-    assert _ran(resharded) == ["build", "digest"], resharded
-    assert load_manifest(repo / "data/aegisbench")["dataset_digest"] != manifest["dataset_digest"]
+    assert json.loads(digest) == {"benchmark_version": manifest["benchmark_version"],
+                                  "dataset_digest": manifest["dataset_digest"]}
+    card = repo / "data/aegisbench/README.md"
+    original = card.read_bytes()
+    card.write_bytes(original + b"\nA local note.\n")
+    assert _ran(_run([*dvc, "repro", "-s", "digest"], repo, env)) == ["digest"]
     assert (repo / "data/aegisbench.digest.json").read_bytes() == digest
+    status = _run([*dvc, "status"], repo, env)
+    changed = sorted(line.strip().rstrip(":") for line in status.splitlines() if line and not line[0].isspace())
+    assert changed == ["build"], status  # its output was edited; nothing after it is affected
+    card.write_bytes(original)
+    _run([*dvc, "repro", "-s", "digest"], repo, env)
+    assert "up to date" in _run([*dvc, "status"], repo, env).lower()
 
     # a parameter change reruns exactly the stages that depend on it
     params = yaml.safe_load((repo / "params.yaml").read_text())
@@ -128,7 +137,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     _run(["git", "clone", "-q", str(repo), str(clone)], repo.parent, env)
     assert not (clone / "data/aegisbench").exists()
     _run([*dvc, "pull"], clone, env)
-    _run([sys.executable, "-m", "aegisbench", "verify", "data/aegisbench"], clone, env)
+    _run([str(Path(sys.executable).parent / "aegisbench"), "verify", "data/aegisbench"], clone, env)
     assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
     status = _run([*dvc, "status"], clone, env)
     assert "up to date" in status.lower(), status
