@@ -72,6 +72,8 @@ _DETECT = ("aegisbench.detectors.runner:run_detect", "aegisbench.detectors.inter
 STAGES = {
     "sources": Stage(("aegisbench.builders.sources:materialize_sources", "aegisbench.params:Params")),
     "build": Stage(("aegisbench.builders.build:build_repo", "aegisbench.params:Params")),
+    "digest": Stage(("aegisbench.pipeline.summaries:write_dataset_identity",)),
+    "ladders": Stage(("aegisbench.pipeline.summaries:write_ladder_summary",)),
     "calibrate": Stage(("aegisbench.corruptions.calibrate:calibrate",
                         "aegisbench.builders.source_table:read_source_table", "aegisbench.params:Params")),
     "preview": Stage(("aegisbench.builders.preview:write_previews", "aegisbench.corruptions.calibrate:load_table",

@@ -41,9 +41,16 @@ def project(tmp_path):
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.update(GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.org",
                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
-    _run(["git", "add", "-A"], repo, env)
-    _run(["git", "commit", "-qm", "init"], repo, env)
+    assert _run(["git", "status", "--porcelain"], repo, env) == ""  # prepared and committed
     return repo, env, [sys.executable, "-m", "dvc"]
+
+
+def _ran(out: str) -> list[str]:
+    return sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
+
+
+def _leaves(doc) -> list:
+    return [x for v in doc.values() for x in _leaves(v)] if isinstance(doc, dict) else [doc]
 
 
 def _fail(args, cwd, env):
@@ -55,7 +62,7 @@ def _fail(args, cwd, env):
 def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     repo, env, dvc = project
     out = _run([*dvc, "repro"], repo, env)
-    for stage in ("sources", "build", "calibrate", "preview", "train_reference@sar", "train_reference@smoke",
+    for stage in ("sources", "build", "digest", "calibrate", "ladders", "preview", "train_reference@sar", "train_reference@smoke",
                   "detect_reference_sar", "detect_reference_smoke", "firespread_baselines",
                   "evaluate@reference_sar", "evaluate@firespread_convlstm", "leaderboard"):
         assert f"Running stage '{stage}'" in out, stage
@@ -67,7 +74,11 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
                                            "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1",
                                            "warp_noise_100"]
     assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 20  # 1 test IC x 20
-    assert (repo / "data/models/reference_sar/weights.pt").is_file()
+    for key in ("sar", "smoke"):  # the weights and a path-free recipe with its scores, nothing else
+        model = repo / f"data/models/reference_{key}"
+        assert sorted(p.name for p in model.rglob("*")) == ["train.json", "weights.pt"]
+        recipe = (model / "train.json").read_text()
+        assert str(repo) not in recipe and "/tmp" not in recipe and '"scores"' in recipe
     assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
     # the leaderboard: every submission merged, reference rows first, nothing skipped
     board = (repo / "leaderboard/README.md").read_text()
@@ -75,22 +86,61 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert (repo / "leaderboard/site/index.html").is_file()
     assert json.loads((repo / "leaderboard/skipped.json").read_text()) == []
     metrics = _run([*dvc, "metrics", "show", "--json"], repo, env)
-    assert "calibration/report.json" in metrics and "metrics/leaderboard.json" in metrics
-    assert "reference_sar" in metrics and "low_light_s3" in metrics
+    assert "metrics/calibration.json" in metrics and "metrics/leaderboard.json" in metrics
+    assert "reference_sar" in metrics and "floor_at" in metrics and "worst_miss" in metrics
     plots = _run([*dvc, "plots", "show", "--json"], repo, env)
-    assert "plots/severity" in plots and "reference_sar" in plots
+    assert "plots/severity/sar__synthetic_sar__low_light.svg" in plots and "\"image\"" in plots
     assert (repo / "dvc.lock").exists() and (repo / "data/preview/synthetic_sar.png").exists()
     again = _run([*dvc, "repro"], repo, env)
     assert "Running stage" not in again
     assert "up to date" in again.lower()
+
+    # the stages after build depend on the dataset's identity, not its folder's bytes: a card-only
+    # change reruns the digest stage, whose output stays the same, and nothing downstream
+    digest = (repo / "data/aegisbench.digest.json").read_bytes()
+    assert json.loads(digest) == {"benchmark_version": manifest["benchmark_version"],
+                                  "dataset_digest": manifest["dataset_digest"]}
+    card = repo / "data/aegisbench/README.md"
+    original = card.read_bytes()
+    card.write_bytes(original + b"\nA local note.\n")
+    assert _ran(_run([*dvc, "repro", "-s", "digest"], repo, env)) == ["digest"]
+    assert (repo / "data/aegisbench.digest.json").read_bytes() == digest
+    status = _run([*dvc, "status"], repo, env)
+    changed = sorted(line.strip().rstrip(":") for line in status.splitlines() if line and not line[0].isspace())
+    assert changed == ["build"], status  # its output was edited; nothing after it is affected
+    card.write_bytes(original)
+    _run([*dvc, "repro", "-s", "digest"], repo, env)
+    assert "up to date" in _run([*dvc, "status"], repo, env).lower()
 
     # a parameter change reruns exactly the stages that depend on it
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["evaluation"]["n_resamples"] = 60
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     third = _run([*dvc, "repro"], repo, env)
-    ran = sorted(line.split("'")[1] for line in third.splitlines() if line.startswith("Running stage"))
+    ran = _ran(third)
     assert ran == sorted([f"evaluate@{s}" for s in params["submissions"]] + ["leaderboard"]), ran
+
+    # the compact metrics: a few values per model and per calibration ladder
+    shown = json.loads(_run([*dvc, "metrics", "show", "--json"], repo, env))
+    (files,) = [v["data"] for v in shown.values()]
+    count = sum(len(_leaves(f["data"])) for f in files.values())
+    assert count <= 60 and set(files) == {"metrics/leaderboard.json", "metrics/calibration.json"}, (count, files)
+    _run(["git", "add", "-A"], repo, env)
+    _run(["git", "commit", "-qm", "built"], repo, env)
+    _run([*dvc, "exp", "run"], repo, env)  # experiments start from the committed project
+
+    # pull instead of rebuild: push to a folder remote, clone, pull, verify, nothing to rerun
+    _run([*dvc, "remote", "add", "-d", "shared", str(repo.parent / "remote")], repo, env)
+    _run(["git", "commit", "-qam", "remote"], repo, env)
+    _run([*dvc, "push"], repo, env)
+    clone = repo.parent / "clone"
+    _run(["git", "clone", "-q", str(repo), str(clone)], repo.parent, env)
+    assert not (clone / "data/aegisbench").exists()
+    _run([*dvc, "pull"], clone, env)
+    _run([str(Path(sys.executable).parent / "aegisbench"), "verify", "data/aegisbench"], clone, env)
+    assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
+    status = _run([*dvc, "status"], clone, env)
+    assert "up to date" in status.lower(), status
 
     # an invalid submission stops the pipeline with the validator's message; the published
     # leaderboard is left exactly as it was

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from aegisbench.leaderboard.build import build_leaderboard
 from test_leaderboard import (DIGEST, EV, HAND, fake_dataset, hand_results, hand_rows, main,  # noqa: F401
                               row, write_result)
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = ROOT / ".dvc" / "plots" / "severity.json"
 
 
 def _heat_order(html: str, table_id: str) -> list[str]:
@@ -99,7 +99,7 @@ def test_reference_rows_come_first_and_are_marked(hand_results, tmp_path, caplog
     assert "†" not in (tmp_path / "plain" / "README.md").read_text()
 
 
-def test_metrics_json_per_condition_with_floor_and_deterministic(mixed_results, tmp_path):
+def test_metrics_json_is_a_compact_summary_consistent_with_the_parquet(mixed_results, tmp_path):
     data = fake_dataset(tmp_path / "data")
     kw = {"evaluator_version": EV, "references": ["c", "fs_ref"]}
     one = build_leaderboard(mixed_results, data, tmp_path / "lb1", metrics=tmp_path / "m1" / "lb.json",
@@ -110,25 +110,40 @@ def test_metrics_json_per_condition_with_floor_and_deterministic(mixed_results, 
     assert text == (tmp_path / "m2" / "lb.json").read_bytes() and one.metrics == tmp_path / "m1" / "lb.json"
     doc = json.loads(text)
     assert text.decode() == json.dumps(doc, indent=1, sort_keys=True) + "\n"  # sorted keys
-    assert sorted(doc) == ["firespread", "sar"] and sorted(doc["sar"]) == ["a", "b", "c"]
-    a = doc["sar"]["a"]["demo"]
+    assert sorted(doc) == ["a", "b", "c", "fs_net", "fs_ref"]
+    a = doc["a"]["demo"]
     assert sorted(a) == ["recall"]  # the primary metric only (fp, precision are in the leaderboard)
-    want = {cfg: {"value": v, "lo": lo, "hi": hi} for cfg, (v, lo, hi) in HAND["a"].items()}
-    assert a["recall"]["conditions"] == want  # every condition with its interval
-    assert a["recall"]["floor"] == {"value": 0.0, "lo": 0.0, "hi": 0.0, "at": "low_light_s3"}
-    assert doc["sar"]["b"]["demo"]["recall"]["floor"]["at"] == "motion_blur_s3, low_light_s3"  # ties listed
-    fs = doc["firespread"]["fs_net"]["firespread"]
+    assert a["recall"] == {"clean": 0.8, "floor": 0.0, "floor_at": "low_light_s3",
+                           "worst": {"flood": 0.7, "storm": 0.0}}
+    assert doc["b"]["demo"]["recall"]["floor_at"] == "motion_blur_s3 (+1 tied)"  # ties counted
+    fs = doc["fs_net"]["firespread"]
     assert sorted(fs) == ["brier", "f1"]  # F2R and F2S headline metrics side by side
-    assert fs["f1"]["conditions"]["firespread_s30"] == {"value": 0.4, "lo": 0.39, "hi": 0.41}
-    assert fs["f1"]["floor"]["at"] == "firespread_s50" and fs["brier"]["floor"]["at"] == "firespread_s50"
+    assert fs["f1"] == {"floor": 0.2, "floor_at": "firespread_s50"}  # one family: no 'worst'; no clean
+    assert fs["brier"]["floor"] == pytest.approx(0.05 + 50 / 500 + 0.1)  # lower is better: the largest
 
     def leaves(d, path=()):
         for k, v in d.items():
             yield from leaves(v, (*path, k)) if isinstance(v, dict) else [((*path, k), v)]
 
-    for path, value in leaves(doc):  # nested numbers (and where the floor is); no averaged score anywhere
-        assert path[-1] in ("value", "lo", "hi", "at"), path
-        assert isinstance(value, str) if path[-1] == "at" else isinstance(value, float), (path, value)
+    values = list(leaves(doc))
+    assert len(values) <= 60  # a summary, not the table: 5 models here
+    # every number is the leaderboard.parquet's value of the condition it names
+    long = pl.read_parquet(tmp_path / "lb1" / "leaderboard.parquet")
+    for path, value in values:
+        sub, source, metric, *rest = path
+        cells = long.filter((pl.col("submission") == sub) & (pl.col("source") == source) & (pl.col("metric") == metric))
+        if rest == ["clean"]:
+            assert cells.filter(pl.col("config") == "clean")["value"].to_list() == [value]
+        elif rest == ["floor"]:
+            at = doc[sub][source][metric]["floor_at"].split(" ")[0]
+            assert cells.filter(pl.col("config") == at)["value"].to_list() == [value]
+            col = cells["value"].drop_nulls()
+            assert value == (col.max() if metric == "brier" else col.min())
+        elif rest[0] == "worst":
+            fam = cells.filter(pl.col("family") == rest[1])["value"]
+            assert value == (fam.max() if metric == "brier" else fam.min())
+        else:
+            assert rest == ["floor_at"] and isinstance(value, str)
 
     def snapshot(root: Path) -> dict:
         return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
@@ -138,35 +153,33 @@ def test_metrics_json_per_condition_with_floor_and_deterministic(mixed_results, 
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
-def test_severity_plot_csvs(mixed_results, tmp_path):
+def test_severity_plots_are_titled_svg_images(mixed_results, tmp_path):
     data = fake_dataset(tmp_path / "data")
     plots = tmp_path / "plots" / "severity"
     rep = build_leaderboard(mixed_results, data, tmp_path / "lb", evaluator_version=EV, references=["c"],
                             plots=plots)
     names = sorted(p.name for p in plots.iterdir())
     assert names == list(rep.plots) == [
-        "firespread__firespread__stochasticity__brier.csv", "firespread__firespread__stochasticity__f1.csv",
-        "sar__demo__low_light.csv", "sar__demo__motion_blur.csv", "sar__demo__turbidity_cast.csv",
-        "sar__demo__water_glare.csv"]
-    low = (plots / "sar__demo__low_light.csv").read_text()
-    assert low == ("model,severity,value,lo,hi\n"
-                   "Charlie [c] (reference),0,0.6,0.55,0.65\nCharlie [c] (reference),3,0.05,0.01,0.09\n"
-                   "Alpha [a],0,0.8,0.75,0.85\nAlpha [a],3,0.0,0.0,0.0\n"
-                   "Bravo [b],0,0.78,0.72,0.84\nBravo [b],3,0.0,0.0,0.0\n")
-    rows = list(csv.DictReader(io.StringIO((plots / "firespread__firespread__stochasticity__f1.csv").read_text())))
-    assert [(r["model"], r["severity"]) for r in rows] == [  # S-level 0 is the start: no clean row to add
-        ("CA ensemble [fs_ref]", "0"), ("CA ensemble [fs_ref]", "30"), ("CA ensemble [fs_ref]", "50"),
-        ("U-Net [fs_net]", "0"), ("U-Net [fs_net]", "30"), ("U-Net [fs_net]", "50")]
-    for r in rows:
-        assert float(r["lo"]) <= float(r["value"]) <= float(r["hi"])
+        "firespread__firespread__stochasticity__brier.svg", "firespread__firespread__stochasticity__f1.svg",
+        "sar__demo__low_light.svg", "sar__demo__motion_blur.svg", "sar__demo__turbidity_cast.svg",
+        "sar__demo__water_glare.svg"]
+    low = (plots / "sar__demo__low_light.svg").read_text()
+    assert low.startswith("<?xml") and "<svg" in low and "http://" not in low.replace(
+        "http://www.w3.org", "").replace("http://purl.org", "").replace("http://creativecommons.org", "")
+    for text in ("vs severity: low_light on demo", "severity (0 = the model", "Charlie [c] (reference)",
+                 "Alpha [a]", "Bravo [b]", "band: 95% interval"):
+        assert text in low, text
+    fire = (plots / "firespread__firespread__stochasticity__f1.svg").read_text()
+    assert "S-Level" in fire and "severity" not in fire and "CA ensemble [fs_ref]" in fire
+    assert ">30<" in fire or "30</text>" in fire  # the S-Level ticks are the levels themselves
 
     # a rebuild replaces the folder whole: curves that no longer exist do not linger
-    (plots / "sar__demo__dust_haze.csv").write_text("model,severity,value,lo,hi\nold,0,1,1,1\n")
+    (plots / "sar__demo__dust_haze.svg").write_text("<svg/>")
     shutil.rmtree(mixed_results / "fs_ref")
     shutil.rmtree(mixed_results / "fs_net")
     rep = build_leaderboard(mixed_results, data, tmp_path / "lb", evaluator_version=EV, plots=plots)
     assert sorted(p.name for p in plots.iterdir()) == list(rep.plots) == names[2:]
-    assert (plots / "sar__demo__low_light.csv").read_text().splitlines()[1] == "Alpha [a],0,0.8,0.75,0.85"
+    assert "Charlie [c] (reference)" not in (plots / "sar__demo__low_light.svg").read_text()
     assert sorted(p.name for p in plots.parent.iterdir()) == ["severity"]
 
 
@@ -176,8 +189,8 @@ def test_cli_flags_and_bad_flags(hand_results, tmp_path, main, capsys):  # noqa:
     rc = main([*base, "--out", str(tmp_path / "lb"), "--reference", "c", "--reference", "ghost",
                "--metrics", str(tmp_path / "metrics" / "leaderboard.json"), "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
-    assert rc == 0 and "metrics " in out and "4 CSV file(s)" in out
-    assert json.loads((tmp_path / "metrics" / "leaderboard.json").read_text())["sar"]["c"]
+    assert rc == 0 and "metrics " in out and "4 SVG image(s)" in out
+    assert json.loads((tmp_path / "metrics" / "leaderboard.json").read_text())["c"]
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.md").write_text("mine")
     bad = {
@@ -204,20 +217,6 @@ def test_cli_flags_and_bad_flags(hand_results, tmp_path, main, capsys):  # noqa:
         assert flag in " ".join(helptext.split()), flag
 
 
-def test_dvc_template_file_is_tracked_and_well_formed():
-    spec = json.loads(TEMPLATE.read_text())
-    text = TEMPLATE.read_text()
-    for anchor in ("<DVC_METRIC_DATA>", "<DVC_METRIC_X>", "<DVC_METRIC_Y>", "<DVC_METRIC_TITLE>"):
-        assert anchor in text
-    marks = [layer["mark"]["type"] for layer in spec["layer"]]
-    assert marks == ["area", "line"] and spec["encoding"]["color"]["field"] == "model"
-    band = spec["layer"][0]["encoding"]
-    assert band["y"]["field"] == "lo" and band["y2"]["field"] == "hi"
-    if shutil.which("git"):
-        ignored = subprocess.run(["git", "check-ignore", "-q", str(TEMPLATE)], cwd=ROOT, capture_output=True)
-        assert ignored.returncode == 1, ".dvc/plots/severity.json must not be git-ignored"
-
-
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_dvc_plots_and_metrics_show_read_the_exports(mixed_results, tmp_path):
     pytest.importorskip("dvc")
@@ -234,42 +233,28 @@ def test_dvc_plots_and_metrics_show_read_the_exports(mixed_results, tmp_path):
 
     run("git", "init", "-q")
     run(*dvc, "init", "-q")
-    (repo / ".dvc" / "plots").mkdir()
-    shutil.copy(TEMPLATE, repo / ".dvc" / "plots" / "severity.json")
     build_leaderboard(mixed_results, fake_dataset(tmp_path / "data"), repo / "leaderboard", evaluator_version=EV,
                       references=["c"], metrics=repo / "metrics" / "leaderboard.json",
                       plots=repo / "plots" / "severity")
-    (repo / "dvc.yaml").write_text(  # the leaderboard stage's metrics and plots, as in the project's dvc.yaml
-        "stages:\n  leaderboard:\n    cmd: aegisbench leaderboard\n"
-        "    outs:\n      - leaderboard:\n          cache: false\n"
-        "    metrics:\n      - metrics/leaderboard.json:\n          cache: false\n"
-        "    plots:\n      - plots/severity:\n          cache: false\n          x: severity\n          y: value\n"
-        "          template: severity\n")
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["leaderboard"]
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"leaderboard": {  # as in the project's dvc.yaml
+        "cmd": "aegisbench leaderboard", "outs": [{"leaderboard": {"cache": False}}],
+        "metrics": stage["metrics"], "plots": stage["plots"]}}}))
 
     shown = json.loads(run(*dvc, "plots", "show", "--json"))
-    plots = shown["data"]
     assert not shown.get("errors"), shown.get("errors")
-    assert sorted(plots) == sorted(f"plots/severity/{p.name}" for p in (repo / "plots" / "severity").iterdir())
-    (spec,) = plots["plots/severity/sar__demo__low_light.csv"]
-    content = spec["content"]
-    assert content["description"].startswith("AegisBench severity curves")  # our template, not DVC's default
-    assert content["encoding"]["color"]["field"] == "model"
-    assert content["encoding"]["x"]["field"] == "severity"
-    assert [layer["mark"]["type"] for layer in content["layer"]] == ["area", "line"]
-    assert content["layer"][1]["encoding"]["y"]["field"] == "value"
-    points = {(d["model"], float(d["severity"]), float(d["value"]), float(d["lo"]), float(d["hi"]))
-              for d in content["data"]["values"]}
-    assert points == {("Charlie [c] (reference)", 0, 0.6, 0.55, 0.65), ("Charlie [c] (reference)", 3, 0.05, 0.01, 0.09),
-                      ("Alpha [a]", 0, 0.8, 0.75, 0.85), ("Alpha [a]", 3, 0.0, 0.0, 0.0),
-                      ("Bravo [b]", 0, 0.78, 0.72, 0.84), ("Bravo [b]", 3, 0.0, 0.0, 0.0)}
-    fire = plots["plots/severity/firespread__firespread__stochasticity__brier.csv"][0]["content"]["data"]["values"]
-    assert {d["model"] for d in fire} == {"CA ensemble [fs_ref]", "U-Net [fs_net]"} and len(fire) == 6
-    assert "<DVC_METRIC" not in json.dumps(content)  # every anchor filled
+    images = sorted(p.name for p in (repo / "plots" / "severity").iterdir())
+    assert sorted(shown["data"]) == [f"plots/severity/{n}" for n in images] and len(images) == 6
+    for entries in shown["data"].values():
+        assert [e["type"] for e in entries] == ["image"]  # our own pictures: no Vega
+    run(*dvc, "plots", "show", "-o", str(tmp_path / "html"))
+    html = (tmp_path / "html" / "index.html").read_text()
+    assert "<script" not in html and "cdn" not in html.lower()  # nothing to fetch: readable offline
+    assert html.count("<img") == 6
 
     metrics = json.loads(run(*dvc, "metrics", "show", "--json"))
     (entry,) = metrics.values()
     data = entry["data"]["metrics/leaderboard.json"]["data"]
     assert data == json.loads((repo / "metrics" / "leaderboard.json").read_text())
-    assert data["sar"]["c"]["demo"]["recall"]["conditions"]["low_light_s3"]["value"] == 0.05
     table = run(*dvc, "metrics", "show")  # the plain table flattens the nesting into columns
-    assert "sar.c.demo.recall.floor.at" in table and "low_light_s3" in table
+    assert "c.demo.recall.floor_at" in table and "low_light_s3" in table

@@ -58,5 +58,5 @@ def cmd_leaderboard(args) -> int:
     if report.metrics is not None:
         print(f"metrics {report.metrics} (dvc metrics show)")
     if args.plots is not None:
-        print(f"severity curves {args.plots}: {len(report.plots)} CSV file(s) (dvc plots show)")
+        print(f"severity curves {args.plots}: {len(report.plots)} SVG image(s) (dvc plots show)")
     return 2 if args.strict and (report.skipped or report.missing_references) else 0

@@ -1,69 +1,78 @@
 """What ``aegisbench leaderboard`` exports for DVC: ``--metrics`` and ``--plots``.
 
-``--metrics FILE`` is a JSON for ``dvc metrics show``: per track, submission, source and
-primary metric (detection: recall at the frozen threshold; fire spread: the F2R and F2S
-headline metrics), every condition with its interval, plus the submission's floor (the
-worst condition and where it is). A null value stays null, with its ``note`` ("0/0",
-"not physical for thermal"); plots leave it out. Never one averaged number::
+``--metrics FILE`` is a compact JSON for ``dvc metrics show`` (a few values per model, so the
+table fits a screen; every cell with its interval stays in ``leaderboard.parquet``): per
+submission, source and primary metric (detection: recall at the frozen threshold; fire spread:
+the F2R and F2S headline metrics) its ``clean`` value (detection), its ``floor`` (the worst
+condition) and ``floor_at`` (where; ties counted), and, when the source has several condition
+families, the ``worst`` value of each family. Never one averaged number::
 
-    {"sar": {"reference_sar": {"synthetic_sar": {"recall": {
-        "conditions": {"clean": {"hi": 0.85, "lo": 0.75, "value": 0.8}, ...},
-        "floor": {"at": "low_light_s3", "hi": 0.0, "lo": 0.0, "value": 0.0}}}}}}
+    {"reference_sar": {"synthetic_sar": {"recall": {"clean": 0.8, "floor": 0.0,
+        "floor_at": "low_light_s3 (+2 tied)", "worst": {"flood": 0.41, "optics": 0.0}}}}}
 
-``--plots DIR`` holds severity curves as data for ``dvc plots show`` (template
-``severity`` in ``.dvc/plots/severity.json``): one CSV per track, source and corruption
-(fire spread: per stochasticity ladder and primary metric), columns
-``model,severity,value,lo,hi``; severity 0 is the model's own clean row, so every curve
-starts at clean (fire spread: at its own S-level 0). The folder is rebuilt and swapped in whole (nothing stale lingers).
+``--plots DIR`` holds the severity curves as SVG images for ``dvc plots show`` (DVC shows
+image plots as they are: no Vega, nothing fetched, readable offline): one file per track,
+source and corruption (fire spread: per stochasticity ladder and primary metric), titled,
+the y axis named after the metric, the x axis the severity (0 = the model's own clean) or,
+for fire spread, the S-Level; one line per model with its 95% interval as a band. The folder
+is rebuilt and swapped in whole (nothing stale lingers).
 
 Both are deterministic: sorted keys and rows, ``repr`` floats, no timestamps.
 
 >>> plot_name("sar", "synthetic_sar", "low_light")
-'sar__synthetic_sar__low_light.csv'
+'sar__synthetic_sar__low_light.svg'
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import json
 import logging
 from pathlib import Path
 
+import matplotlib
+from matplotlib.figure import Figure
+
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
 from aegisbench.errors import BadInput
-from aegisbench.leaderboard.aggregate import Board
-from aegisbench.leaderboard.plots import series_key
-from aegisbench.leaderboard.tables import Section, floor_rows, primary_metrics, sections, slug
-from aegisbench.vocab import CLEAN
+from aegisbench.leaderboard.aggregate import Board, direction
+from aegisbench.leaderboard.plots import RC, mpl_text, series_key, tick_label
+from aegisbench.leaderboard.tables import Section, fixed_scale, label, primary_metrics, sections, slug
+from aegisbench.vocab import CLEAN, FIRESPREAD
 
 log = logging.getLogger(__name__)
-PLOT_COLUMNS = ("model", "severity", "value", "lo", "hi")
+PLOT_SUFFIXES = (".svg", ".csv")  # what a plots folder may hold (.csv: written by earlier versions)
+
+
+def _where(at: list[str]) -> str:
+    """``low_light_s3``, or ``low_light_s3 (+2 tied)`` when several conditions share the floor."""
+    return at[0] + (f" (+{len(at) - 1} tied)" if len(at) > 1 else "")
 
 
 def metrics_doc(board: Board) -> dict:
-    """track -> submission -> source -> primary metric -> {conditions: {config: cell}, floor}."""
+    """submission -> source -> primary metric -> {clean, floor, floor_at, worst: {family: value}}."""
     doc: dict = {}
     for section in sections(board):
         for metric in primary_metrics(section):
-            floors = floor_rows(board, section, metric)
-            for m in section.models:
-                conds = {}
-                for c in section.conditions:
-                    cell = section.cell(m.submission, c["config"], metric)
-                    if cell is not None:
-                        conds[c["config"]] = {k: cell[k] for k in ("value", "lo", "hi")}
-                        if cell["value"] is None:  # null, never 0: with its reason
-                            conds[c["config"]]["note"] = cell.get("note")
-                if not conds:
-                    continue
-                entry: dict = {"conditions": conds}
-                fl = floors.get(m.submission)
-                if fl is not None:
-                    entry["floor"] = {"value": fl["floor"], "lo": fl["lo"], "hi": fl["hi"], "at": ", ".join(fl["at"])}
-                per_sub = doc.setdefault(section.track, {}).setdefault(m.submission, {})
-                per_sub.setdefault(section.source, {})[metric] = entry
+            sign = direction(metric)
+            floors = board.floors.filter((board.floors["track"] == section.track)
+                                         & (board.floors["source"] == section.source)
+                                         & (board.floors["metric"] == metric))
+            fams = board.families.filter((board.families["track"] == section.track)
+                                         & (board.families["source"] == section.source)
+                                         & (board.families["metric"] == metric)
+                                         & board.families["severity"].is_null())
+            several = fams["family"].n_unique() > 1
+            for fl in floors.iter_rows(named=True):
+                entry: dict = {"floor": fl["floor"], "floor_at": _where(fl["at"])}
+                if fl[CLEAN] is not None:
+                    entry["clean"] = fl[CLEAN]
+                if several and sign is not None:
+                    mine = fams.filter(fams["submission"] == fl["submission"])
+                    entry["worst"] = {r["family"]: r["min"] if sign > 0 else r["max"]
+                                      for r in mine.iter_rows(named=True)}
+                doc.setdefault(fl["submission"], {}).setdefault(section.source, {})[metric] = entry
     return doc
 
 
@@ -80,12 +89,12 @@ def write_metrics(board: Board, path: str | Path) -> Path:
 
 
 def plot_name(track: str, source: str, series: str, metric: str | None = None) -> str:
-    """``track__source__series[__metric].csv`` (each part file-safe)."""
-    return "__".join(slug(p) for p in (track, source, series, *([metric] if metric else []))) + ".csv"
+    """``track__source__series[__metric].svg`` (each part file-safe)."""
+    return "__".join(slug(p) for p in (track, source, series, *([metric] if metric else []))) + ".svg"
 
 
 def curve_name(model: str, submission: str, reference: bool = False) -> str:
-    """The ``model`` value of a curve: the model name with its submission id (two submissions
+    """The legend entry of a curve: the model name with its submission id (two submissions
     may share a model name), marked if it is a reference.
 
     >>> curve_name("YOLO", "reference_sar", True), curve_name("b", "b")
@@ -112,47 +121,82 @@ def _series(section: Section) -> list[tuple[str, list[dict]]]:
     return out
 
 
-def plot_tables(board: Board) -> dict[str, str]:
-    """file name -> CSV text of every severity curve of the primary metrics."""
-    files: dict[str, str] = {}
+def curve_rows(section: Section, metric: str, conds: list[dict]) -> list[tuple]:
+    """``(model row, [(severity, value, lo, hi), ...])`` of every model with a value on ``conds``."""
+    out = []
+    for m in section.models:
+        pts = []
+        for c in conds:
+            cell = section.cell(m.submission, c["config"], metric)
+            if cell is None or cell["value"] is None:
+                continue
+            v = cell["value"]
+            pts.append((c["severity"], v, v if cell["lo"] is None else cell["lo"], v if cell["hi"] is None else cell["hi"]))
+        if pts:
+            out.append((m, pts))
+    return out
+
+
+def curve_svg(section: Section, metric: str, key: str, conds: list[dict], curves: list[tuple]) -> bytes:
+    """One titled severity-curve chart: metric (y, by its display name) against severity or
+    S-Level (x), one line per model, its interval as a band."""
+    fire = section.track == FIRESPREAD
+    name = label(metric, section.track)
+    with matplotlib.rc_context(RC):
+        legend, below, plot, above = 0.15 + 0.19 * len(curves), 0.62, 2.4, 0.45  # inches
+        height = legend + below + plot + above
+        fig = Figure(figsize=(6.4, height))
+        ax = fig.add_axes((0.1, (legend + below) / height, 0.86, plot / height))
+        for m, pts in curves:
+            xs, vs, los, his = zip(*pts)
+            ax.fill_between(xs, los, his, color=m.colour, alpha=0.16, linewidth=0)
+            ax.plot(xs, vs, color=m.colour, marker="o", markersize=3.5, linewidth=1.6,
+                    label=mpl_text(curve_name(m.model, m.submission, m.reference)))
+        ticks = {c["severity"]: (str(c["severity"]) if fire else tick_label(c)) for c in conds}
+        ax.set_xticks(sorted(ticks), [ticks[s] for s in sorted(ticks)])
+        ax.set_xlabel("S-Level (stochasticity of ignition)" if fire else "severity (0 = the model's own clean)")
+        ax.set_ylabel(mpl_text(name))
+        fixed = fixed_scale(metric)
+        if fixed is not None:
+            pad = 0.03 * (fixed[1] - fixed[0])
+            ax.set_ylim(fixed[0] - pad, fixed[1] + pad)
+        ax.grid(axis="y", color="#dddddd", linewidth=0.6)
+        ax.set_title(mpl_text(f"{name} vs {'S-Level' if fire else 'severity'}: {key} on {section.source}"),
+                     fontsize=10)
+        fig.legend(loc="lower center", ncol=1, frameon=False, fontsize=8)
+        fig.text(0.995, 0.995, "band: 95% interval", ha="right", va="top", fontsize=7.5, color="#555555")
+        buf = io.BytesIO()
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    return buf.getvalue()
+
+
+def plot_images(board: Board) -> dict[str, bytes]:
+    """file name -> SVG bytes of every severity curve of the primary metrics."""
+    files: dict[str, bytes] = {}
     for section in sections(board):
         metrics = primary_metrics(section)
-        names = {m.submission: curve_name(m.model, m.submission, m.reference) for m in section.models}
         for metric in metrics:
             for key, conds in _series(section):
-                rows = []
-                for m in section.models:
-                    for c in conds:
-                        cell = section.cell(m.submission, c["config"], metric)
-                        if cell is None or cell["value"] is None:
-                            continue
-                        v = cell["value"]
-                        lo = v if cell["lo"] is None else cell["lo"]
-                        hi = v if cell["hi"] is None else cell["hi"]
-                        rows.append((names[m.submission], c["severity"], v, lo, hi))
-                if not rows:
+                curves = curve_rows(section, metric, conds)
+                if not curves:
                     continue
                 name = plot_name(section.track, section.source, key, metric if len(metrics) > 1 else None)
                 if name in files:  # two different texts slugged alike: keep both, apart
                     digest = hashlib.sha256(repr((section.track, section.source, key, metric)).encode()).hexdigest()
-                    name = f"{name[:-4]}-{digest[:8]}.csv"
-                buf = io.StringIO()
-                writer = csv.writer(buf, lineterminator="\n")
-                writer.writerow(PLOT_COLUMNS)
-                writer.writerows((n, s, repr(v), repr(lo), repr(hi)) for n, s, v, lo, hi in rows)
-                files[name] = buf.getvalue()
+                    name = f"{name[:-4]}-{digest[:8]}.svg"
+                files[name] = curve_svg(section, metric, key, conds, curves)
     return dict(sorted(files.items()))
 
 
 def write_plots(board: Board, folder: str | Path) -> list[Path]:
-    """Rebuild ``folder`` with the severity CSVs (staged, then swapped in whole)."""
+    """Rebuild ``folder`` with the severity-curve SVGs (staged, then swapped in whole)."""
     folder = Path(folder)
-    tables = plot_tables(board)
+    images = plot_images(board)
     with staged_dir(folder) as staging:
-        for name, text in tables.items():
-            atomic_write_bytes(staging / name, text.encode("utf-8"))
-    log.info("leaderboard severity plots %s: %d curves", folder, len(tables))
-    return [folder / n for n in tables]
+        for name, data in images.items():
+            atomic_write_bytes(staging / name, data)
+    log.info("leaderboard severity plots %s: %d curves", folder, len(images))
+    return [folder / n for n in images]
 
 
 def _inside(path: Path, other: Path) -> bool:
@@ -187,7 +231,7 @@ def check_export_paths(*, results: str | Path, dataset: str | Path, out: str | P
     if metrics is not None and _inside(Path(metrics).resolve(), p):
         raise BadInput("--metrics must not lie inside the --plots folder", where=str(metrics))
     if p.is_dir():
-        foreign = sorted(q.name for q in p.iterdir() if not (q.is_file() and q.suffix == ".csv"))
+        foreign = sorted(q.name for q in p.iterdir() if not (q.is_file() and q.suffix in PLOT_SUFFIXES))
         if foreign:
             raise BadInput(f"not a severity-plots folder (it holds {foreign[0]!r}); refusing to replace it",
                            where=str(plots))

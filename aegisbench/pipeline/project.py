@@ -5,7 +5,9 @@ detector training -> detect -> reference forecasters -> evaluate -> leaderboard)
 where the leaderboard page is. ``aegisbench run --fast`` runs the same ``dvc.yaml`` in a
 scratch DVC project (``runs/fast``) whose ``params.yaml`` is the checkout's with
 :data:`FAST_OVERRIDES` applied: a few images per source, one condition per family kind,
-a 16x16 fire-spread grid and one-epoch training, so the full chain runs in minutes.
+a 16x16 fire-spread grid and one-epoch training, so the full chain runs in minutes. The
+scratch project is a git repository with the prepared state committed, so ``dvc exp run``
+works there too.
 
 >>> p = fast_params({"sources": {"synthetic_sar": {"options": {}}}, "build": {}, "submissions": ["a"],
 ...                  "reference_detector": {"sources": {}}})
@@ -103,10 +105,21 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     if not (dest / ".dvc").exists():
         _call([sys.executable, "-m", "dvc", "init", "-q"], dest)
         _call([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)
-    template = checkout / ".dvc/plots"
-    if template.is_dir():
-        shutil.copytree(template, dest / ".dvc/plots", dirs_exist_ok=True)
+    commit_all(dest, "aegisbench run --fast: the checkout's dvc.yaml and code on the fast params")
     return dest
+
+
+def commit_all(repo: Path, message: str) -> bool:
+    """Commit everything git does not ignore in ``repo`` (the project DVC and ``dvc exp run``
+    start from: experiments need a commit); False if there was nothing to commit."""
+    _call(["git", "add", "-A"], repo)
+    staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=repo, env=_env())
+    has_head = subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=repo, env=_env(),
+                              capture_output=True).returncode == 0
+    if has_head and staged.returncode == 0:
+        return False
+    _call(["git", "-c", "commit.gpgsign=false", "commit", "-q", "--no-verify", "-m", message], repo)
+    return True
 
 
 def dvc_repro(project: str | Path) -> int:
