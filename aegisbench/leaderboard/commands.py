@@ -27,11 +27,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "rows come first and are marked in every table (repeatable; an id with no merged "
                         "results is a warning)")
     p.add_argument("--metrics", default=None, metavar="FILE",
-                   help="also write FILE (.json) for `dvc metrics show`: per track, submission, source and "
-                        "primary metric, every condition's value with [lo, hi], plus the floor and where")
+                   help="also write FILE (.json) for `dvc metrics show`: a compact summary per submission, source "
+                        "and primary metric (clean, floor and where, worst per family); the full table stays in "
+                        "leaderboard.parquet")
     p.add_argument("--plots", default=None, metavar="DIR",
-                   help="also rebuild DIR with severity curves for `dvc plots show` (template `severity`): "
-                        "one CSV per track, source and corruption, columns model,severity,value,lo,hi")
+                   help="also rebuild DIR with severity curves for `dvc plots show`: one titled SVG image per "
+                        "track, source and corruption (metric-named y axis, S-Level axis for fire spread)")
     p.add_argument("--preview", default=None, metavar="DIR",
                    help="the preview stage's folder (data/preview): its corruption grids become the page's "
                         "condition gallery, one thumbnail per condition of the same frame (default: no gallery)")
