@@ -105,9 +105,23 @@ def _ratio_samples(counts: np.ndarray, Wt: np.ndarray, total: int) -> np.ndarray
     ``count_statistics(W @ counts, empty=np.nan)``: every numerator and denominator is
     an integer summed exactly in one product with image-major ``Wt`` (n, B), float32
     while the sums stay below 2**24 (``total`` bounds the column sums of ``Wt``)."""
-    terms = np.asarray(counts, np.int64) @ _RATIO_TERMS
-    ft = np.float32 if int(terms.max(initial=0)) * total < 2**24 and terms.min(initial=0) >= 0 else np.float64
-    sums = (terms.T.astype(ft) @ Wt.astype(ft, copy=False)).astype(np.float64)
+    terms = _ratio_terms(counts)
+    ft = np.float32 if _fits_float32(terms, total) else np.float64
+    return _ratios_of(terms.T.astype(ft) @ Wt.astype(ft, copy=False))
+
+
+def _ratio_terms(counts: np.ndarray) -> np.ndarray:
+    return np.asarray(counts, np.int64) @ _RATIO_TERMS
+
+
+def _fits_float32(A: np.ndarray, total: int) -> bool:
+    """Whether sums of ``total`` rows of the integers ``A`` stay exact in float32."""
+    return int(A.max(initial=0)) * total < 2**24 and A.min(initial=0) >= 0
+
+
+def _ratios_of(sums: np.ndarray) -> np.ndarray:
+    """(3, B) ratios from the (6, B) summed numerators and denominators (NaN where 0/0)."""
+    sums = sums.astype(np.float64)
     num, den = sums[:3], sums[3:]
     return np.divide(num, den, out=np.full(num.shape, np.nan), where=den > 0)
 
@@ -171,36 +185,79 @@ def _desc_order(score: np.ndarray) -> np.ndarray:
     return (np.sort(key) & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
 
-def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.ndarray:
-    """AP per resample from image-major integer multiplicities ``Wt`` (n, B) float32;
-    ``total`` bounds the column sums (the number of images for a bootstrap draw)."""
-    n, B = Wt.shape
-    order = _desc_order(match.score)  # flat order is (image, index): ties keep it
-    if match.ignored.any():  # on an ignore region: neither TP nor FP, as if absent
-        order = order[~match.ignored[order]]
-    tp_sorted = match.tp[order]
-    n_gt = match.n_gt()
+def _run_rows(match: BatchMatch, n: int) -> tuple[np.ndarray, int]:
+    """``(rows, R)``: the row of :func:`_ap50_t`'s count matrix (times ``n``, plus the image)
+    of every prediction off the ignore regions, and the number of TP runs (0: no TP).
+
+    Only the TPs are sorted (descending float32 score, ties by flat index, as
+    :func:`_desc_order`); each FP's place among them is a binary search of the same key.
+    TP ``j`` of the score order starts a run when an FP lies between TP ``j - 1`` and it."""
+    s = np.asarray(match.score, np.float32)
+    tp = match.tp & ~match.ignored
+    if s.size and not s.min() >= 0:  # a negative or NaN score: the whole order
+        return _run_rows_from_order(match, n, tp)
+    tp_idx = np.flatnonzero(tp)
+    m = len(tp_idx)
+    if not m:
+        return np.zeros(0, np.int64), 0
+    bits = (s + np.float32(0)).view(np.uint32)  # -0.0 -> +0.0
+    key = np.invert(bits).astype(np.uint64)
+    key <<= np.uint64(32)
+    key |= np.arange(s.size, dtype=np.uint64)  # unique: ties by flat index
+    tp_key = np.sort(key[tp_idx])
+    tp_idx = (tp_key & np.uint64(0xFFFFFFFF)).astype(np.intp)
+    fp_idx = np.flatnonzero(match.fp)
+    k = np.searchsorted(tp_key, key[fp_idx])  # TPs ahead of each FP
+    start = np.bincount(k, minlength=m + 1)[:m] > 0
+    start[0] = True
+    runs = np.cumsum(start)  # runs started at or before each TP
+    R = int(runs[-1])
+    rows = np.empty(m + len(fp_idx), np.int64)
+    np.subtract(runs, 1, out=rows[:m])  # TPs: their run
+    np.add(np.concatenate(([0], runs))[k], R, out=rows[m:])  # FPs: R + the runs before them
+    rows *= n
+    rows[:m] += match.pred_image[tp_idx]
+    rows[m:] += match.pred_image[fp_idx]
+    return rows, R
+
+
+def _run_rows_from_order(match: BatchMatch, n: int, tp: np.ndarray) -> tuple[np.ndarray, int]:
+    """:func:`_run_rows` from the order of every counted prediction (any float32 scores)."""
+    order = _desc_order(match.score)
+    order = order[~match.ignored[order]]
+    tp_sorted = tp[order]
     if not tp_sorted.any():
-        npig = n_gt.astype(np.float64) @ Wt
-        return np.where(npig > 0, 0.0, np.nan)
+        return np.zeros(0, np.int64), 0
     start = tp_sorted.copy()
     start[1:] &= ~tp_sorted[:-1]
     runs_before = np.cumsum(start)  # runs started at or before each position
     R = int(runs_before[-1])
-    # rows 0..R-1: TPs of each run per image; rows R..2R: FPs after 0..R runs; row 2R: GT
     row = np.where(tp_sorted, runs_before - 1, R + runs_before)
     row *= n
     row += match.pred_image[order]
+    return row, R
+
+
+def _ap_counts(match: BatchMatch, n: int) -> tuple[np.ndarray | None, int]:
+    """``(A, R)``: the (2R + 1, n) integer counts whose weighted sums give the AP of a
+    resample (None without a TP): rows 0..R-1 the TPs up to each run end per image,
+    rows R..2R-1 the TPs + FPs up to each run end, row 2R the GT boxes."""
+    row, R = _run_rows(match, n)
+    if not R:
+        return None, 0
     A = np.bincount(row, minlength=(2 * R + 1) * n).reshape(2 * R + 1, n)
-    np.cumsum(A[:R], axis=0, out=A[:R])
+    np.cumsum(A[:R], axis=0, out=A[:R])  # rows R..2R before the sums: FPs after 0..R runs
     np.cumsum(A[R:2 * R], axis=0, out=A[R:2 * R])
     A[R:2 * R] += A[:R]  # TP + FP at each run end
-    A[2 * R] = n_gt
-    total = int(Wt.sum(axis=0).max()) if total is None else total
-    ft = np.float32 if int(A.max(initial=0)) * total < 2**24 else np.float64
-    X = A.astype(ft) @ Wt.astype(ft, copy=False)  # exact: integer values below 2**24 (float32) / 2**53
+    A[2 * R] = match.n_gt()
+    return A, R
+
+
+def _ap_of(X: np.ndarray, R: int) -> np.ndarray:
+    """AP per resample from the weighted sums ``X`` (2R + 1, B) of :func:`_ap_counts`'s
+    rows (float32 or float64, C-contiguous rows; overwritten)."""
     tp, den, npig = X[:R], X[R:2 * R], X[2 * R]
-    np.add(den, den == 0, out=den)  # max(den, 1): TP = 0 whenever TP + FP = 0
+    np.maximum(den, 1, out=den)  # TP = 0 whenever TP + FP = 0
     pr = np.divide(tp, den, out=den)
     _suffix_max(pr)  # envelope: running max from the last run end
     if npig.max() > 2**16:  # keep the recall-threshold arithmetic exact
@@ -209,6 +266,41 @@ def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.n
     ap = np.einsum("rb,rb->b", pr, first, dtype=np.float64) / len(RECALL_THRESHOLDS)
     ap[npig == 0] = np.nan
     return ap
+
+
+def _no_tp_ap(match: BatchMatch, Wt: np.ndarray) -> np.ndarray:
+    """AP per resample without a single TP: 0, or NaN without a GT box."""
+    npig = match.n_gt().astype(np.float64) @ Wt
+    return np.where(npig > 0, 0.0, np.nan)
+
+
+def _ap50_t(match: BatchMatch, Wt: np.ndarray, total: int | None = None) -> np.ndarray:
+    """AP per resample from image-major integer multiplicities ``Wt`` (n, B) float32;
+    ``total`` bounds the column sums (the number of images for a bootstrap draw)."""
+    A, R = _ap_counts(match, Wt.shape[0])
+    if A is None:
+        return _no_tp_ap(match, Wt)
+    total = int(Wt.sum(axis=0).max()) if total is None else total
+    ft = np.float32 if int(A.max(initial=0)) * total < 2**24 else np.float64
+    X = A.astype(ft) @ Wt.astype(ft, copy=False)  # exact: integer values below 2**24 (float32) / 2**53
+    return _ap_of(X, R)
+
+
+def _condition_samples(match: BatchMatch, counts: np.ndarray, Wt: np.ndarray, total: int
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """``(_ratio_samples(counts, Wt, total), _ap50_t(match, Wt, total))`` from one matrix
+    product when both fit float32 (each sum is an exact integer, so the bits are those of
+    the two products)."""
+    A, R = _ap_counts(match, Wt.shape[0])
+    terms = _ratio_terms(counts)
+    if A is None or not (_fits_float32(A, total) and _fits_float32(terms, total)):
+        return _ratio_samples(counts, Wt, total), _ap50_t(match, Wt, total)
+    k = len(A)
+    M = np.empty((k + terms.shape[1], A.shape[1]), np.float32)
+    M[:k] = A
+    M[k:] = terms.T
+    X = M @ Wt.astype(np.float32, copy=False)
+    return _ratios_of(X[k:]), _ap_of(X[:k], R)
 
 
 def ap50_samples(match: BatchMatch, W: np.ndarray) -> np.ndarray:
@@ -251,14 +343,16 @@ def condition_intervals(match: BatchMatch, threshold: float, key: Sequence | Non
     elif resamples.n_images != match.n_images:
         raise ValueError(f"resamples cover {resamples.n_images} images, the match {match.n_images}")
     Wt = resamples.weights_t
-    samples = _ratio_samples(match.counts(threshold) if counts is None else counts, Wt, match.n_images)
+    counts = match.counts(threshold) if counts is None else counts
     names = ["recall", "precision", "f1"]
     if with_ap50:
-        ap = _ap50_t(match, Wt, total=match.n_images)
+        samples, ap = _condition_samples(match, counts, Wt, match.n_images)
         dropped = int(np.isnan(ap).sum())
         if dropped:
             log.info("AP50 bootstrap: %d of %d resamples had no GT box and were left out", dropped, len(ap))
         samples, names = [*samples, ap], [*names, "map50"]
+    else:
+        samples = _ratio_samples(counts, Wt, match.n_images)
     out = dict(zip(names, percentile_intervals(samples, params.percentiles, fallback=(0.0, 0.0))))
     if with_ap50 and dropped == len(ap):  # no resample with a GT box: no interval
         out["map50"] = NAN_INTERVAL

@@ -174,13 +174,20 @@ def effectiveness_score(baseline_counts, adversary_counts, n_frames) -> float:
     >>> effectiveness_score([500, 400], [0, 100], 500)
     0.8
     """
-    return float(np.mean(_eff_terms(baseline_counts, adversary_counts, n_frames)))
+    return _score_of(_eff_terms(baseline_counts, adversary_counts, n_frames))
+
+
+def _score_of(terms: np.ndarray) -> float:
+    return float(np.mean(terms))
 
 
 def effectiveness_breakdown(baseline_counts, adversary_counts, n_frames,
                             factors: Mapping[str, Sequence]) -> dict[str, dict]:
     """S over the environments at each level of each factor (e.g. distance, lighting)."""
-    terms = _eff_terms(baseline_counts, adversary_counts, n_frames)
+    return _breakdown_of(_eff_terms(baseline_counts, adversary_counts, n_frames), factors)
+
+
+def _breakdown_of(terms: np.ndarray, factors: Mapping[str, Sequence]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for name, levels in factors.items():
         lv = np.asarray(levels, dtype=object)
@@ -193,6 +200,13 @@ def effectiveness_breakdown(baseline_counts, adversary_counts, n_frames,
 def effectiveness_interval(baseline_counts, adversary_counts, n_frames, key: Sequence,
                            n_resamples: int = 1000, percentiles=(2.5, 97.5)) -> tuple[float, float]:
     """Percentile bootstrap of S over environments (resampled with replacement)."""
-    terms = _eff_terms(baseline_counts, adversary_counts, n_frames)
-    idx = resample_indices(len(terms), key, n_resamples)
-    return percentile_intervals([terms[idx].mean(axis=1)], percentiles)[0]
+    return _interval_of(_eff_terms(baseline_counts, adversary_counts, n_frames), key, n_resamples, percentiles)
+
+
+def _interval_of(terms: np.ndarray, key: Sequence, n_resamples: int, percentiles) -> tuple[float, float]:
+    """The mean of ``terms`` over each resample (the numbers of ``terms[idx].mean(axis=1)``:
+    the same sum, divided by the same count), then its percentile interval."""
+    n = len(terms)
+    means = np.add.reduce(terms.take(resample_indices(n, key, n_resamples)), axis=1)
+    means /= n
+    return percentile_intervals(means[None], percentiles)[0]

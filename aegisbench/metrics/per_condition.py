@@ -211,15 +211,15 @@ def effectiveness_of(ctx: ConditionContext) -> dict | None:
         env = np.flatnonzero(n_gt > 0)
         if not len(env):
             return None
-        b, a, n = ctx.clean.counts[env, 0], ctx.counts[env, 0], n_gt[env]
+        terms = D._eff_terms(ctx.clean.counts[env, 0], ctx.counts[env, 0], n_gt[env])  # once for all three
         boot = ctx.bootstrap  # None: no interval
-        lo, hi = (None, None) if boot is None else D.effectiveness_interval(
-            b, a, n, (*boot.key, ctx.config, "effectiveness"), boot.n_resamples, boot.percentiles)
+        lo, hi = (None, None) if boot is None else D._interval_of(
+            terms, (*boot.key, ctx.config, "effectiveness"), boot.n_resamples, boot.percentiles)
         boxes = ctx.clean.gt.boxes
         levels = [D.size_band(float(np.median((boxes[i][:, 2] - boxes[i][:, 0]) * (boxes[i][:, 3] - boxes[i][:, 1]))))
                   for i in env]
-        size = D.effectiveness_breakdown(b, a, n, {"size": levels})["size"]
-        return {"value": D.effectiveness_score(b, a, n), "lo": lo, "hi": hi, "n_environments": len(env),
+        size = D._breakdown_of(terms, {"size": levels})["size"]
+        return {"value": D._score_of(terms), "lo": lo, "hi": hi, "n_environments": len(env),
                 "size": size, "size_n": {k: levels.count(k) for k in size}}
     return ctx.cached("effectiveness", compute)
 
