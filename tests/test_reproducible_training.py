@@ -9,9 +9,13 @@ import os
 import time
 from contextlib import contextmanager
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
+
+import aegisbench
 
 from aegisbench.detectors.interface import load_detector
 from aegisbench.detectors.reference import ReferenceParams, train_reference
@@ -76,6 +80,8 @@ def test_reference_detector_weights_are_byte_identical_under_load(source, tmp_pa
     # no machine path survives in the checkpoint, and it still loads as a trained detector
     raw = (a / "weights.pt").read_bytes()
     assert str(tmp_path).encode() not in raw and b"/tmp" not in raw
+    # nor the checkout's own path (Ultralytics records the model YAML's absolute path)
+    assert str(Path(aegisbench.__file__).resolve().parent).encode() not in raw
     assert load_detector("yolo", a / "weights.pt").describe()["classes"] == ["person"]
 
 

@@ -2,9 +2,9 @@
 
 A checkpoint as Ultralytics' trainer saves it varies between two runs of the same
 recipe: it records the wall-clock date, the git state, per-epoch timings, the optimizer
-state and absolute paths of the work folder (in ``train_args`` and in the pickled
-model's own ``args``). ``portable_checkpoint`` keeps what inference and the
-"was it trained?" check need — the EMA weights, the epoch, the training arguments with
+state and absolute paths of the work folder and of the model YAML (in ``train_args``, in
+the pickled model's own ``args`` and in its ``yaml["yaml_file"]``). ``portable_checkpoint``
+keeps what inference and the "was it trained?" check need — the EMA weights, the epoch, the training arguments with
 paths reduced to their last component — and drops the rest, so the same recipe on the
 same data gives the same bytes wherever and whenever it runs.
 
@@ -54,6 +54,11 @@ def _strip_module(net):
     for attr in ("pt_path", "ckpt_path"):
         if hasattr(net, attr):
             delattr(net, attr)
+    spec = getattr(net, "yaml", None)  # Ultralytics records the model YAML's absolute path here
+    if isinstance(spec, dict) and isinstance(spec.get("yaml_file"), (str, Path)):
+        net.yaml = {**spec, "yaml_file": Path(spec["yaml_file"]).name}
+    if isinstance(getattr(net, "yaml_file", None), (str, Path)):
+        net.yaml_file = Path(net.yaml_file).name
     return net
 
 
