@@ -233,10 +233,17 @@ def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Ite
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     groups = np.searchsorted(offsets, wanted, side="right") - 1
     for g in np.unique(groups):
-        local = (wanted[groups == g] - offsets[g]).tolist()
-        # the whole row group is decoded (its image dictionary page holds every image of it):
-        # keep only the wanted rows' records and drop the Arrow buffers before the caller works
-        records = [SourceRecord.from_row(row) for row in pf.read_row_group(int(g)).take(local).to_pylist()]
+        local = set((wanted[groups == g] - offsets[g]).tolist())
+        # one row at a time up to the last wanted one: the group's image column is decoded once
+        # (its dictionary page holds every image of the group) but never materialised whole;
+        # the Arrow buffers are dropped before the caller works on the records
+        records, batches = [], pf.iter_batches(batch_size=1, row_groups=[int(g)], use_threads=False)
+        for i, batch in enumerate(batches):
+            if i in local:
+                records.append(SourceRecord.from_row(batch.to_pylist()[0]))
+            if i >= max(local):
+                break
+        del batches, batch
         release_arrow_memory()
         while records:
             yield records.pop(0)
