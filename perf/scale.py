@@ -20,7 +20,7 @@ and 8) times ``--memory-images``; the target is that the build's peak at every s
 within +5 % of its peak at 1x, and it is checked. Exit 1 when the bytes differ or that
 target is not met.
 
-Run: ``.venv/bin/python perf/scale.py [--images 24] [--ray-cpus 2] [--memory] [--json out.json]``
+Run: ``.venv/bin/python perf/scale.py [--images 24] [--ray-cpus 2] [--memory | --memory-only] [--json out.json]``
 """
 
 from __future__ import annotations
@@ -128,6 +128,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ray-cpus", type=int, default=2, help="CPUs of the local Ray (default 2)")
     ap.add_argument("--skip-detect", action="store_true")
     ap.add_argument("--memory", action="store_true", help="also check the peak RSS of a local build across scales")
+    ap.add_argument("--memory-only", action="store_true", help="only the --memory check (no engines, no detect)")
     ap.add_argument("--memory-images", type=int, default=24, help="images at 1x for --memory (default 24)")
     ap.add_argument("--memory-scales", default="1,2,4,8", help="multiples of --memory-images (default 1,2,4,8)")
     ap.add_argument("--json", "--out", dest="json", help="write the summary rows and details here")
@@ -137,6 +138,11 @@ def main(argv=None) -> int:
     if a.memory_child:
         memory_child(Path(a.root), a.images, a.memory_child)
         return 0
+    if a.memory_only:
+        mem = measure_memory(a.memory_images, [int(k) for k in a.memory_scales.split(",")])
+        mem_rows, flat = memory_rows(mem)
+        finish("scale", mem_rows, a.json, {"memory": mem})
+        return 0 if flat else 1
     engines = [("local x1", Executor("local", 1)), ("local x2", Executor("local", 2))]
     if peer_python(sys.executable, "ray", RAY_HOW):
         engines.append((f"ray ({a.ray_cpus} cpu)", Executor("ray", a.ray_cpus)))

@@ -39,7 +39,7 @@ from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, c
                                             firespread_metas, firespread_tasks)
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
 from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
-from aegisbench.builders.source_table import require_eval_splits, split_counts
+from aegisbench.builders.source_table import release_arrow_memory, require_eval_splits, split_counts
 from aegisbench.progress import progress as progress_bar
 
 log = logging.getLogger(__name__)
@@ -105,9 +105,12 @@ def _run_task(args) -> ShardEntry:
     done = finished_entry(task, root)
     if done is not None:
         return done
-    if isinstance(task, FirespreadTask):
-        return task.run(root)
-    return write_shard(task, root, transform)
+    try:
+        if isinstance(task, FirespreadTask):
+            return task.run(root)
+        return write_shard(task, root, transform)
+    finally:
+        release_arrow_memory()  # each shard starts from the same resident set: the peak stays flat
 
 
 def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,

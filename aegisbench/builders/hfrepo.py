@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.hashing import file_sha256, json_sha256, pixel_sha256
-from aegisbench.builders.source_table import SourceRecord, encode_png, read_source_rows
+from aegisbench.builders.source_table import SourceRecord, encode_png, read_source_rows, release_arrow_memory
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,8 @@ def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> Sha
         else:
             out = transform(rec, rec.image())
             png, sha = encode_png(out), pixel_sha256(out)
+            del out
+            release_arrow_memory()  # the transform's freed frames go back now, not after the shard
         rows.append(_row(rec, task.config, png, sha))
         images[rec.image_id] = sha
     entry = write_rows_shard(root, task.relpath, rows, SCHEMA,

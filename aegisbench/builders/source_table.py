@@ -233,7 +233,43 @@ def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Ite
     offsets = np.concatenate([[0], np.cumsum(sizes)])
     groups = np.searchsorted(offsets, wanted, side="right") - 1
     for g in np.unique(groups):
-        table = pf.read_row_group(int(g))
-        local = (wanted[groups == g] - offsets[g]).tolist()
-        for row in table.take(local).to_pylist():
-            yield SourceRecord.from_row(row)
+        local = set((wanted[groups == g] - offsets[g]).tolist())
+        # one row at a time up to the last wanted one: the group's image column is decoded once
+        # (its dictionary page holds every image of the group) but never materialised whole;
+        # the Arrow buffers are dropped before the caller works on the records
+        records, batches = [], pf.iter_batches(batch_size=1, row_groups=[int(g)], use_threads=False)
+        for i, batch in enumerate(batches):
+            if i in local:
+                records.append(SourceRecord.from_row(batch.to_pylist()[0]))
+            if i >= max(local):
+                break
+        del batches, batch
+        release_arrow_memory()
+        while records:
+            yield records.pop(0)
+
+
+def release_arrow_memory() -> None:
+    """Hand memory freed by Arrow and by the C heap back to the system, so a long build's
+    resident set does not ratchet up with every decoded shard (pyarrow's pool keeps freed
+    pages; glibc keeps freed heap below its trim threshold)."""
+    pa.default_memory_pool().release_unused()
+    if _LIBC is not None:
+        _LIBC.malloc_trim(0)
+
+
+def _libc():
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc if hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+_LIBC = _libc()

@@ -212,9 +212,38 @@ def _sheared_box(image: np.ndarray, n: float, slope: float, horizontal: bool) ->
         inv = np.float32([[1, -slope, off], [0, sigma, 0]])
         ksize = (1, 2 * k + 1)
     canvas = cv2.warpAffine(src, fwd, size, flags=flags, borderMode=cv2.BORDER_CONSTANT)
-    lin = cv2.blur(cv2.LUT(canvas, _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)
-    return cv2.warpAffine(lut16(lin, ENCODE_LUT), inv, (w, h), flags=flags,
-                          borderMode=cv2.BORDER_REPLICATE)
+    del src
+    _banded_box(canvas, ksize, 0 if horizontal else k)
+    return cv2.warpAffine(canvas, inv, (w, h), flags=flags, borderMode=cv2.BORDER_REPLICATE)
+
+
+#: rows of the sheared canvas decoded, blurred and re-encoded at a time (at least 4 box radii)
+BAND_ROWS = 256
+
+
+def _banded_box(canvas: np.ndarray, ksize: tuple[int, int], reach: int) -> None:
+    """``canvas = encode(box(decode(canvas)))`` in place, a band of rows at a time.
+
+    ``reach``: rows the box spans above and below a row (0 for a box along the rows). Each
+    band is filtered with ``reach`` unfiltered context rows on either side (the replicate
+    border applies only at the canvas edges), so every output row sums exactly the rows
+    the whole-canvas filter summed: the bytes are those of one whole-canvas pass, while
+    the uint16 buffers hold one band instead of the canvas.
+    """
+    rows = canvas.shape[0]
+    step = max(1, BAND_ROWS, 4 * reach)
+    tail = canvas[:0]  # unfiltered rows just above the band (already overwritten in canvas)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        if reach:
+            below = canvas[r0:min(rows, r1 + reach)]
+            src = np.concatenate([tail, below]) if len(tail) else below.copy()
+            a = r0 - len(tail)  # canvas row of src[0]
+            lin = cv2.blur(cv2.LUT(src, _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)[r0 - a:r1 - a]
+            tail = src[max(0, r1 - reach) - a:r1 - a]
+        else:
+            lin = cv2.blur(cv2.LUT(canvas[r0:r1], _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)
+        canvas[r0:r1] = lut16(lin, ENCODE_LUT)
 
 
 @dataclass(frozen=True)
