@@ -182,8 +182,11 @@ def test_a_registered_toy_metric_reaches_results_and_leaderboard(tmp_path, repo,
         assert any(r["lo"] < r["hi"] for r in toy.values())
         build_leaderboard(tmp_path / "results", repo, tmp_path / "lb", references=["toy_sub"])
         page = (tmp_path / "lb" / "site" / "models" / "toy_sub.html").read_text()
-        assert ">Toy hit rate</th>" in page and "Recall again, as a bare function" in page
-        assert "<code>toy_hit_rate</code>" in (tmp_path / "lb" / "site" / "index.html").read_text()
+        # the label with its direction, from the registry (no raw key on the page)
+        assert ">Toy hit rate (higher is better)</th>" in page and "Recall again, as a bare function" in page
+        index_page = (tmp_path / "lb" / "site" / "index.html").read_text()
+        assert '<th scope="row">Toy hit rate</th><td>higher</td>' in index_page  # the glossary row
+        assert "toy_hit_rate" not in index_page
         md = (tmp_path / "lb" / "README.md").read_text()
         assert "| `toy_hit_rate` | Toy hit rate | higher | [0, 1] |" in md
         floors = pl.read_parquet(tmp_path / "lb" / "views" / "floor.parquet")

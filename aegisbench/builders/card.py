@@ -136,12 +136,8 @@ def _sample(configs: dict, hub: dict | None) -> list[str]:
     return ["```python", "import datasets", f"ds = datasets.load_dataset(\"data/aegisbench\", \"{config}\")", "```"]
 
 
-def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict], sizes: dict | None = None,
-                hub: dict | None = None) -> str:
-    """The card of a repo. ``sizes``: config -> split -> Arrow ``num_bytes``
-    (:func:`arrow_sizes`; without it the Parquet bytes are declared); ``hub``:
-    ``{"repo_id", "revision"}`` once published (the code sample loads it from the Hub)."""
-    configs = manifest["configs"]
+def _front_matter(configs: dict, sources: list[dict], sizes: dict | None) -> dict:
+    """The card's YAML metadata (what the Hub reads): licences, sizes, tasks, configs."""
     licenses = sorted({s["license"] for s in sources}) or ["unknown"]
     rows = sum(sp["rows"] for c in configs.values() for sp in c["splits"].values())
     tracks = sorted({s["track"] for s in sources})
@@ -164,6 +160,16 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
     elif license_link(licenses[0]):
         front["license_link"] = license_link(licenses[0])
     front["configs"], front["dataset_info"] = _declared_configs(configs, sizes)
+    return front
+
+
+def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict], sizes: dict | None = None,
+                hub: dict | None = None) -> str:
+    """The card of a repo. ``sizes``: config -> split -> Arrow ``num_bytes``
+    (:func:`arrow_sizes`; without it the Parquet bytes are declared); ``hub``:
+    ``{"repo_id", "revision"}`` once published (the code sample loads it from the Hub)."""
+    configs = manifest["configs"]
+    front = _front_matter(configs, sources, sizes)
     head = yaml.safe_dump(front, sort_keys=False, width=100)
     version, digest = manifest["benchmark_version"], manifest["dataset_digest"]
     lines = [

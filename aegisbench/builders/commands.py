@@ -56,6 +56,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("path", nargs="?", default="data/aegisbench", help="dataset repo folder")
     p.set_defaults(func=cmd_verify)
 
+    _register_preview(sub)
+
+    p = command(sub, "publish", "upload a verified dataset repo to the Hugging Face Hub",
+                "Verifies the repo first, uploads it in one commit with a card naming the Hub id, then "
+                "tags that revision v<benchmark_version> (pin it with load_dataset(..., revision=...)); "
+                "--dry-run lists every file with its size and SHA-256 and uploads nothing.",
+                ["aegisbench publish --repo-id ORG/aegisbench --dry-run",
+                 "aegisbench publish --repo-id ORG/aegisbench"])
+    p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
+    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo folder")
+    p.add_argument("--dry-run", action="store_true", help="list exactly what would be uploaded, upload nothing")
+    p.add_argument("--private", action="store_true", help="create the Hub repo as private")
+    p.set_defaults(func=cmd_publish)
+
+
+def _register_preview(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "preview", "contact-sheet PNG of every source; --grid: one frame under every "
                 "corruption x severity",
                 "Contact sheets <source>.png of a split; with --grid also <source>_grid.png, the "
@@ -76,17 +92,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--table", type=Path, help="severity table (YAML) for --grid (default: build.severity_table)")
     p.add_argument("--cell", type=int, default=200, help="tile size of --grid in px")
     p.set_defaults(func=cmd_preview)
-
-    p = command(sub, "publish", "upload a verified dataset repo to the Hugging Face Hub",
-                "Verifies the repo first; --dry-run lists every file with its size and SHA-256 and "
-                "uploads nothing.",
-                ["aegisbench publish --repo-id ORG/aegisbench --dry-run",
-                 "aegisbench publish --repo-id ORG/aegisbench"])
-    p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo folder")
-    p.add_argument("--dry-run", action="store_true", help="list exactly what would be uploaded, upload nothing")
-    p.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    p.set_defaults(func=cmd_publish)
 
 
 def _common(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,21 @@ log = logging.getLogger(__name__)
 REFERENCE_TEAM = "AegisBench reference"
 
 
+def _submission_args(p: argparse.ArgumentParser) -> None:
+    """The fields ``detect`` writes into submission.yaml."""
+    g = p.add_argument_group("submission.yaml")
+    g.add_argument("--name", help="submission name (default: the folder name)")
+    g.add_argument("--model", help="model description (default: detector and weights file)")
+    g.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
+                   "unless --reference")
+    g.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
+                   f"team defaults to {REFERENCE_TEAM!r}")
+    g.add_argument("--contact", default="n/a", help="contact (e-mail or URL)")
+    g.add_argument("--license", default="MIT", help="license of the predictions")
+    g.add_argument("--description", default="Predictions written by aegisbench detect.",
+                   help="free-text description")
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "detect", "run a wrapped detector over a dataset repo and write a submission",
                 "Verifies the dataset, then predicts every image of the track's configs (tiled when larger "
@@ -35,17 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
                    "target, or a single-class model's one class")
     p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
-    g = p.add_argument_group("submission.yaml")
-    g.add_argument("--name", help="submission name (default: the folder name)")
-    g.add_argument("--model", help="model description (default: detector and weights file)")
-    g.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
-                   "unless --reference")
-    g.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
-                   f"team defaults to {REFERENCE_TEAM!r}")
-    g.add_argument("--contact", default="n/a", help="contact (e-mail or URL)")
-    g.add_argument("--license", default="MIT", help="license of the predictions")
-    g.add_argument("--description", default="Predictions written by aegisbench detect.",
-                   help="free-text description")
+    _submission_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
     p.add_argument("--executor", help="local (default: this process, or --workers processes) or ray "
                    "(Ray Data actors, one per GPU of the cluster)")

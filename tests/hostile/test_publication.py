@@ -166,15 +166,16 @@ def test_old_layout_and_first_publication(tmp_path):
 
 
 def _project_stages() -> dict:
-    """The project's evaluate and leaderboard stages as written in dvc.yaml (code deps left
-    out: the code is installed, not copied; the references of the default are not here)."""
+    """The project's digest, evaluate and leaderboard stages as written in dvc.yaml (code deps
+    left out: the code is installed, not copied; the references of the default and the
+    preview grids are not here)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     out = {}
-    for name in ("evaluate", "leaderboard"):
+    for name in ("digest", "evaluate", "leaderboard"):
         spec = stages[name]
         body = spec.get("do", spec)
-        body["deps"] = [d for d in body["deps"] if not str(d).startswith("aegisbench/")]
-        body["cmd"] = re.sub(r"\s*--reference \S+", "", body["cmd"])
+        body["deps"] = [d for d in body["deps"] if not str(d).startswith("aegisbench/") and d != "data/preview"]
+        body["cmd"] = re.sub(r"\s*--(reference|preview) \S+", "", body["cmd"])
         out[name] = spec
     return out
 
