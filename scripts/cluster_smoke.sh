@@ -52,7 +52,7 @@ aegisbench sources
 aegisbench build --executor ray --ray-address auto
 aegisbench verify data/aegisbench
 aegisbench detect --detector yolo --weights "$WEIGHTS" --track sar \
-    --out submissions/my_yolo --device auto --executor ray --ray-address auto --no-progress
+    --team "My lab" --out submissions/my_yolo --device auto --executor ray --ray-address auto --no-progress
 aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto --n-resamples 20
 say "recipe OK on $HEAD_IP:$PORT"
 

@@ -138,7 +138,8 @@ def test_build_detect_evaluate_on_two_nodes_equal_local(cluster, tiny, weights, 
 
     caplog.clear()
     common = ["detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(root / "ref"),
-              "--track", "sar", "--batch", "4", "--frames-per-batch", "3", "--no-progress", "--name", "tiny"]
+              "--track", "sar", "--batch", "4", "--frames-per-batch", "3", "--no-progress", "--name", "tiny",
+              "--team", "test"]
     assert main([*common, "--out", str(tmp_path / "local")]) == 0
     rc = main([*common, "--out", str(tmp_path / "ray"), "--device", "cpu", *on_cluster])
     assert rc == 0, capsys.readouterr().err
