@@ -158,8 +158,13 @@ def _build(name: str, tmp_path: Path, monkeypatch) -> tuple[Path, dict]:
 
 
 def _rows(repo: Path, name: str) -> dict[str, list[dict]]:
+    """The rows as ``datasets`` loads them, class ids turned back into the card's ClassLabel names."""
     ds = datasets.load_dataset(str(repo), "clean")
-    return {"val": list(ds[f"{name}_val"]), "test": list(ds[name])}
+    names = ds[name].features["objects"]["label"].feature.int2str
+
+    def named(row: dict) -> dict:
+        return {**row, "objects": {**row["objects"], "label": [names(i) for i in row["objects"]["label"]]}}
+    return {"val": [named(r) for r in ds[f"{name}_val"]], "test": [named(r) for r in ds[name]]}
 
 
 def _report(tmp_path: Path, name: str) -> dict:
