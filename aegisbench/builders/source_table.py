@@ -14,6 +14,7 @@ Parquet with the schema :data:`SOURCE_SCHEMA` declared up front, and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,11 +238,12 @@ def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Ite
         # one row at a time up to the last wanted one: the group's image column is decoded once
         # (its dictionary page holds every image of the group) but never materialised whole;
         # the Arrow buffers are dropped before the caller works on the records
+        last = max(local)
         records, batches = [], pf.iter_batches(batch_size=1, row_groups=[int(g)], use_threads=False)
         for i, batch in enumerate(batches):
             if i in local:
                 records.append(SourceRecord.from_row(batch.to_pylist()[0]))
-            if i >= max(local):
+            if i >= last:
                 break
         del batches, batch
         release_arrow_memory()
@@ -254,11 +256,14 @@ def release_arrow_memory() -> None:
     resident set does not ratchet up with every decoded shard (pyarrow's pool keeps freed
     pages; glibc keeps freed heap below its trim threshold)."""
     pa.default_memory_pool().release_unused()
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    libc = _libc()
+    if libc is not None:
+        libc.malloc_trim(0)
 
 
+@functools.cache
 def _libc():
+    """The C library, looked up on first use (``find_library`` runs ``ldconfig``: not at import)."""
     import ctypes
     import ctypes.util
     import sys
@@ -271,5 +276,3 @@ def _libc():
     except OSError:
         return None
 
-
-_LIBC = _libc()
