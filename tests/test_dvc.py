@@ -62,7 +62,7 @@ def _fail(args, cwd, env):
 def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     repo, env, dvc = project
     out = _run([*dvc, "repro"], repo, env)
-    for stage in ("sources", "build", "digest", "calibrate", "ladders", "preview", "train_reference@sar", "train_reference@smoke",
+    for stage in ("sources", "build", "digest", "calibrate", "ladders", "preview", "train_reference",
                   "detect_reference_sar", "detect_reference_smoke", "firespread_baselines",
                   "evaluate@reference_sar", "evaluate@firespread_convlstm", "leaderboard"):
         assert f"Running stage '{stage}'" in out, stage
@@ -74,11 +74,11 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
                                            "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1",
                                            "warp_noise_100"]
     assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 20  # 1 test IC x 20
-    for key in ("sar", "smoke"):  # the weights and a path-free recipe with its scores, nothing else
+    for key in ("sar", "smoke"):  # the weights and a path-free recipe, nothing else (scores: detect + evaluate)
         model = repo / f"data/models/reference_{key}"
         assert sorted(p.name for p in model.rglob("*")) == ["train.json", "weights.pt"]
         recipe = (model / "train.json").read_text()
-        assert str(repo) not in recipe and "/tmp" not in recipe and '"scores"' in recipe
+        assert str(repo) not in recipe and "/tmp" not in recipe and '"weights_sha256"' in recipe
     assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
     # the leaderboard: every submission merged, reference rows first, nothing skipped
     board = (repo / "leaderboard/README.md").read_text()

@@ -4,6 +4,7 @@ load (issue 16, item 6)."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import time
@@ -83,6 +84,53 @@ def test_reference_detector_weights_are_byte_identical_under_load(source, tmp_pa
     # nor the checkout's own path (Ultralytics records the model YAML's absolute path)
     assert str(Path(aegisbench.__file__).resolve().parent).encode() not in raw
     assert load_detector("yolo", a / "weights.pt").describe()["classes"] == ["person"]
+
+
+def _side_by_side_params(root: Path) -> Path:
+    import yaml
+
+    raw = dict(tiny_params(root, TINY, ["low_light_s3"]).raw)
+    raw["reference_detector"] = {"epochs": 2, "max_images": 3, "crop": 96, "imgsz": 96, "batch": 4,
+                                 "close_mosaic": 1, "warmup_epochs": 0,
+                                 "sources": {"synthetic_smoke": {"epochs": 1, "crop": 128, "imgsz": 128}}}
+    path = root / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_trainings_side_by_side_give_the_weights_of_a_run_alone(source, tmp_path):
+    """``train-reference --jobs 2`` with two sources (the pipeline's stage): each child's
+    weights equal those of the same recipe trained alone in this process."""
+    from aegisbench.cli import main
+    from aegisbench.detectors.train_jobs import TrainJob, train_one
+
+    params = _side_by_side_params(source.parent.parent)
+    both = ["--source", "synthetic_sar", "--out", str(tmp_path / "sar"),
+            "--source", "synthetic_smoke", "--out", str(tmp_path / "smoke")]
+    assert main(["train-reference", "--params", str(params), "--jobs", "2", "--no-score", *both]) == 0
+    for name, out in (("synthetic_sar", "sar"), ("synthetic_smoke", "smoke")):
+        alone = train_one(str(params), TrainJob(name, str(tmp_path / "alone" / out), score=False))
+        assert file_sha256(tmp_path / out / "weights.pt") == alone["weights_sha256"], name
+        assert (tmp_path / out / "train.json").read_bytes() == (tmp_path / "alone" / out / "train.json").read_bytes()
+    assert json.loads((tmp_path / "smoke" / "train.json").read_text())["params"]["epochs"] == 1
+
+
+def test_side_by_side_bad_input_trains_nothing(source, tmp_path, capsys):
+    from aegisbench.cli import main
+
+    params = _side_by_side_params(source.parent.parent)
+    base = ["train-reference", "--params", str(params), "--jobs", "2"]
+    # one --out short, a source without a table, the same folder twice: exit 2, one line, nothing written
+    for argv, says in (
+            (["--source", "synthetic_sar", "--source", "synthetic_smoke", "--out", str(tmp_path / "a")], "--out"),
+            (["--source", "synthetic_sar", "--out", str(tmp_path / "a"), "--source", "nosuch",
+              "--out", str(tmp_path / "b")], "nosuch.parquet"),
+            (["--source", "synthetic_sar", "--out", str(tmp_path / "a"), "--source", "synthetic_smoke",
+              "--out", str(tmp_path / "a")], "same folder")):
+        assert main(base + argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+        assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_convlstm_weights_are_byte_identical_under_load():

@@ -1,0 +1,1 @@
+"""Builders: source tables, the HF dataset repo (configs, shards, manifest, card), verify and publish."""

@@ -213,37 +213,89 @@ def _sheared_box(image: np.ndarray, n: float, slope: float, horizontal: bool) ->
         ksize = (1, 2 * k + 1)
     canvas = cv2.warpAffine(src, fwd, size, flags=flags, borderMode=cv2.BORDER_CONSTANT)
     del src
-    _banded_box(canvas, ksize, 0 if horizontal else k)
+    _banded_box(canvas, ksize, 0 if horizontal else k, inv, (w, h))
     return cv2.warpAffine(canvas, inv, (w, h), flags=flags, borderMode=cv2.BORDER_REPLICATE)
 
 
 #: rows of the sheared canvas decoded, blurred and re-encoded at a time (at least 4 box radii)
 BAND_ROWS = 256
+#: canvas pixels of safety around what the inverse warp reads (its fixed-point rounding)
+_READ_MARGIN = 2
 
 
-def _banded_box(canvas: np.ndarray, ksize: tuple[int, int], reach: int) -> None:
-    """``canvas = encode(box(decode(canvas)))`` in place, a band of rows at a time.
+def read_columns(inv: np.ndarray, out_wh: tuple[int, int], r0: int, r1: int) -> tuple[int, int] | None:
+    """``(c0, c1)``: the canvas columns (c1 exclusive, with a safety margin) that the
+    bilinear inverse warp ``inv`` (output -> canvas) reads in canvas rows ``[r0, r1)``
+    for an output of ``out_wh``; None if it reads none of them.
+
+    The output pixels whose taps fall in the band form the output rectangle cut by the
+    slab ``r0 - 1 <= Y < r1`` (a convex polygon); a linear map is extreme at its vertices.
+
+    >>> import numpy as np
+    >>> read_columns(np.float32([[1, 0, 0], [0, 1, 0]]), (10, 5), 0, 2)
+    (0, 13)
+    >>> read_columns(np.float32([[1, 0, 0], [0, 1, 0]]), (10, 5), 9, 12) is None
+    True
+    """
+    w, h = out_wh
+    m = _READ_MARGIN
+    poly = [(0.0, 0.0), (w - 1.0, 0.0), (w - 1.0, h - 1.0), (0.0, h - 1.0)]
+    a, b, c = (float(v) for v in inv[1])
+    for sign, bound in ((1.0, r0 - 1.0 - m), (-1.0, -(r1 + m))):  # sign * Y >= bound
+        poly = _clip(poly, lambda x, y, s=sign: s * (a * x + b * y + c), bound)
+        if not poly:
+            return None
+    xs = [float(inv[0][0]) * x + float(inv[0][1]) * y + float(inv[0][2]) for x, y in poly]
+    return math.floor(min(xs)) - m, math.floor(max(xs)) + 2 + m
+
+
+def _clip(poly: list, f, bound: float) -> list:
+    """Sutherland-Hodgman: the part of convex ``poly`` where ``f(x, y) >= bound``."""
+    out = []
+    for (x0, y0), (x1, y1) in zip(poly, poly[1:] + poly[:1]):
+        f0, f1 = f(x0, y0) - bound, f(x1, y1) - bound
+        if f0 >= 0:
+            out.append((x0, y0))
+        if (f0 >= 0) != (f1 >= 0):
+            t = f0 / (f0 - f1)
+            out.append((x0 + t * (x1 - x0), y0 + t * (y1 - y0)))
+    return out
+
+
+def _banded_box(canvas: np.ndarray, ksize: tuple[int, int], reach: int, inv: np.ndarray,
+                out_wh: tuple[int, int]) -> None:
+    """``canvas = encode(box(decode(canvas)))`` in place where the inverse warp reads it,
+    a band of rows at a time.
 
     ``reach``: rows the box spans above and below a row (0 for a box along the rows). Each
-    band is filtered with ``reach`` unfiltered context rows on either side (the replicate
-    border applies only at the canvas edges), so every output row sums exactly the rows
-    the whole-canvas filter summed: the bytes are those of one whole-canvas pass, while
-    the uint16 buffers hold one band instead of the canvas.
+    band is filtered with ``reach`` unfiltered context rows on either side and, for a box
+    along the rows, ``ksize[0] // 2`` context columns (the replicate border applies only
+    at the canvas edges), so every written pixel sums exactly the pixels the
+    whole-canvas filter summed: the bytes read back are those of one whole-canvas pass.
+    Only the columns :func:`read_columns` names are filtered (the sheared canvas is
+    mostly empty corners at steep angles), and the uint16 buffers hold one band.
     """
-    rows = canvas.shape[0]
+    rows, cols = canvas.shape[:2]
     step = max(1, BAND_ROWS, 4 * reach)
-    tail = canvas[:0]  # unfiltered rows just above the band (already overwritten in canvas)
+    kx = ksize[0] // 2
+    tail = canvas[:0]  # unfiltered rows just above the band, full width (overwritten in canvas)
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
+        span = read_columns(inv, out_wh, r0, r1)
         if reach:
-            below = canvas[r0:min(rows, r1 + reach)]
-            src = np.concatenate([tail, below]) if len(tail) else below.copy()
-            a = r0 - len(tail)  # canvas row of src[0]
-            lin = cv2.blur(cv2.LUT(src, _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)[r0 - a:r1 - a]
-            tail = src[max(0, r1 - reach) - a:r1 - a]
-        else:
-            lin = cv2.blur(cv2.LUT(canvas[r0:r1], _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)
-        canvas[r0:r1] = lut16(lin, ENCODE_LUT)
+            nxt = canvas[max(0, r1 - reach):r1].copy() if r1 < rows else tail
+        if span is not None:
+            c0, c1 = max(0, span[0]), min(cols, span[1])
+            s0, s1 = max(0, c0 - kx), min(cols, c1 + kx)  # context columns of a row box
+            if reach:
+                src = np.concatenate([tail[:, s0:s1], canvas[r0:min(rows, r1 + reach), s0:s1]])
+                a = r0 - len(tail)  # canvas row of src[0]
+                lin = cv2.blur(cv2.LUT(src, _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)[r0 - a:r1 - a]
+            else:
+                lin = cv2.blur(cv2.LUT(canvas[r0:r1, s0:s1], _DECODE_U16), ksize, borderType=cv2.BORDER_REPLICATE)
+            canvas[r0:r1, c0:c1] = lut16(lin[:, c0 - s0:c1 - s0], ENCODE_LUT)
+        if reach:
+            tail = nxt
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Wrapped detectors (Ultralytics, torchvision), the detect / warp-detect runners and the reference detector."""

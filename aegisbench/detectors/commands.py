@@ -78,15 +78,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "train-reference", "train the reference detector (Ultralytics YOLO from its model YAML, "
                 "offline) on a source's train split",
                 "Pinned seed, epochs and recipe from the reference_detector section of --params; writes "
-                "weights.pt and train.json (with clean val/test scores unless --no-score). Progress is "
-                "one line per --progress-interval; Ultralytics' own output only with -v.",
+                "weights.pt and train.json (with clean val/test scores unless --no-score). Several "
+                "--source/--out pairs train side by side, one process each (--jobs at a time): every "
+                "training runs on its own pinned torch threads, so the weights are those of a run alone. "
+                "Progress is one line per --progress-interval; Ultralytics' own output only with -v.",
                 ["aegisbench train-reference --source synthetic_sar --out data/models/reference_sar",
+                 "aegisbench train-reference --source synthetic_sar --out data/models/reference_sar "
+                 "--source synthetic_smoke --out data/models/reference_smoke --jobs 2",
                  "aegisbench train-reference --source heridal --out data/models/heridal --epochs 5 -v"])
     p.add_argument("--params", default="params.yaml", help="params file with a reference_detector section")
-    p.add_argument("--source", required=True, help="source name: a params source or one built with `build "
-                   "--source-dir --name NAME` (its table is <paths.sources>/<source>.parquet)")
-    p.add_argument("--source-table", help="explicit canonical source table (overrides --source lookup)")
-    p.add_argument("--out", required=True, help="output folder (weights.pt, train.json)")
+    p.add_argument("--source", required=True, action="append",
+                   help="source name: a params source or one built with `build --source-dir --name NAME` (its "
+                   "table is <paths.sources>/<source>.parquet); repeat it, with one --out each, to train several")
+    p.add_argument("--source-table", help="explicit canonical source table (overrides --source lookup; one "
+                   "--source only)")
+    p.add_argument("--out", required=True, action="append",
+                   help="output folder (weights.pt, train.json), one per --source, in the same order")
+    p.add_argument("--jobs", type=int, default=1, help="trainings run at the same time, one process each")
     p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
     p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
     p.add_argument("--no-score", action="store_true", help="skip scoring on the source's val/test splits")
@@ -198,23 +206,24 @@ def cmd_warp(args) -> int:
 
 
 def cmd_train_reference(args) -> int:
-    import dataclasses
+    from aegisbench.detectors.train_jobs import TrainJob, run_jobs, train_one
 
-    from aegisbench.detectors.reference import ReferenceParams, train_reference
-    from aegisbench.params import Params
-
-    params = Params.load(args.params)
-    ref = ReferenceParams.from_dict(params.raw.get("reference_detector"), args.source)
-    overrides = {k: v for k, v in (("epochs", args.epochs), ("max_images", args.max_images)) if v is not None}
-    if overrides:
-        ref = dataclasses.replace(ref, **overrides)
-    table = Path(args.source_table) if args.source_table else Path(params.sources_dir) / f"{args.source}.parquet"
-    if not table.is_file():
-        have = sorted(p.stem for p in table.parent.glob("*.parquet")) if not args.source_table else []
-        raise BadInput(f"source table not found (tables there: {', '.join(have) or 'none'}); run `aegisbench "
-                       "sources`, or `aegisbench build --source-dir DIR --name NAME` for a local folder",
-                       where=str(table))
-    report = train_reference(table, args.out, ref, score=not args.no_score)
-    print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},
-                     sort_keys=True))
+    if len(args.source) != len(args.out):
+        raise BadInput(f"{len(args.source)} --source but {len(args.out)} --out: give one --out per --source",
+                       where="--out")
+    if len(set(args.out)) != len(args.out):
+        raise BadInput("two trainings would write the same folder", where="--out")
+    if args.source_table and len(args.source) > 1:
+        raise BadInput("--source-table names one table: give one --source with it", where="--source-table")
+    jobs = [TrainJob(source, out, args.source_table, args.epochs, args.max_images, not args.no_score)
+            for source, out in zip(args.source, args.out)]
+    if len(jobs) == 1:
+        report = train_one(args.params, jobs[0])
+        print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},
+                         sort_keys=True))
+        return 0
+    flags = (["-v"] if args.verbose else ["-q"] if args.quiet else []) + (
+        ["--no-progress"] if args.no_progress else []) + ["--progress-interval", repr(float(args.progress_interval))]
+    reports = run_jobs(args.params, jobs, args.jobs, flags)
+    print(json.dumps(reports, sort_keys=True))
     return 0

@@ -1,0 +1,1 @@
+"""The leaderboard: long-format results aggregated per condition, the page and its exports."""
