@@ -75,6 +75,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
     p.set_defaults(func=cmd_warp)
 
+    _register_train(sub)
+
+
+def _register_train(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "train-reference", "train the reference detector (Ultralytics YOLO from its model YAML, "
                 "offline) on a source's train split",
                 "Pinned seed, epochs and recipe from the reference_detector section of --params; writes "
