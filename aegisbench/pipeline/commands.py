@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fast", action="store_true",
                    help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
     p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                   help="dvc.yaml stages run at the same time when they do not depend on each other (1: one "
+                   "plain `dvc repro`); default: the CPU count")
     executor_args(p)
     p.set_defaults(func=cmd_run)
 
@@ -41,6 +45,8 @@ def cmd_run(args) -> int:
 
     checkout = Path.cwd()
     check_runnable(checkout)
+    if args.jobs < 1:
+        raise BadInput(f"must be at least 1, got {args.jobs}", where="--jobs")
     params = Params.load(args.params)  # validates before anything runs
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
     export_global_options(args)  # and their -v/-q and --progress-interval
@@ -50,7 +56,7 @@ def cmd_run(args) -> int:
         if Path(args.params).resolve() != (checkout / "params.yaml").resolve():
             raise BadInput("dvc repro reads ./params.yaml; edit it (or use --fast)", where="--params")
         project = checkout
-    rc = dvc_repro(project)
+    rc = dvc_repro(project, args.jobs)
     if rc != 0:
         print(f"dvc repro failed (exit {rc}); the published leaderboard was left as it was", file=sys.stderr)
         return rc

@@ -122,9 +122,19 @@ def commit_all(repo: Path, message: str) -> bool:
     return True
 
 
-def dvc_repro(project: str | Path) -> int:
-    """Run ``dvc repro`` in ``project`` (output streamed); returns its exit status."""
-    return subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=project, env=_env()).returncode
+def dvc_repro(project: str | Path, jobs: int = 1) -> int:
+    """Run ``dvc repro`` in ``project`` (output streamed); returns its exit status. With
+    ``jobs`` > 1, independent stages run side by side (:mod:`aegisbench.pipeline.schedule`)."""
+    if jobs <= 1:
+        return subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=project, env=_env()).returncode
+    from aegisbench.pipeline.schedule import load_plan, run_plan
+
+    plan = load_plan(project)
+    if not plan.stages:
+        print("Data and pipelines are up to date.")
+        return 0
+    log.info("%d stage(s) to reproduce, up to %d at a time: %s", len(plan.stages), jobs, ", ".join(plan.stages))
+    return run_plan(plan, project, jobs, env=_env())
 
 
 def check_runnable(checkout: Path) -> None:
