@@ -117,3 +117,16 @@ def test_plan_ranks_and_order():
     assert ranks["train"] == 46 and ranks["build"] == 20 and ranks["src"] == 47
     assert plan.ready({"src"}, {"src"}) == ["train", "build"]
     assert plan.ready({"src", "build"}, {"src", "build", "train"}) == []  # detect waits for train
+
+
+def test_run_refuses_jobs_below_one_before_writing(tmp_path, monkeypatch, capsys):
+    from aegisbench.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("dvc.yaml", "params.yaml"):
+        shutil.copy(root / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--fast", "--fast-dir", "scratch", "--jobs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml", "params.yaml"]
