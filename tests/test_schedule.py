@@ -21,8 +21,8 @@ from aegisbench.pipeline.schedule import Plan, load_plan, run_plan
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 # each stage stamps its start and end (seconds) into its own file under t/, then writes its out
-STAMP = ("python -c \"import sys,time; n=sys.argv[1]; open('t/'+n,'w').write(str(time.time())+' '); "
-         "time.sleep(float(sys.argv[2])); open('t/'+n,'a').write(str(time.time()))\"")
+STAMP = ("python -c \"import os,sys,time; n=sys.argv[1]; open('t/'+n,'w').write(str(time.time())+' '); "
+         "time.sleep(float(sys.argv[2])); open('t/'+n,'a').write(str(time.time())+' '+str(os.nice(0)))\"")
 DVC_YAML = f"""
 stages:
   a:
@@ -66,8 +66,12 @@ def _project(root: Path) -> Path:
 
 
 def _times(root: Path, name: str) -> tuple[float, float]:
-    start, end = (root / "t" / name).read_text().split()
+    start, end, _ = (root / "t" / name).read_text().split()
     return float(start), float(end)
+
+
+def _nice(root: Path, name: str) -> int:
+    return int((root / "t" / name).read_text().split()[2]) - os.nice(0)
 
 
 def _outs(root: Path) -> dict:
@@ -84,6 +88,8 @@ def test_side_by_side_matches_one_dvc_repro(tmp_path):
     # slow started before quick, and they overlapped
     (s0, s1), (q0, q1) = _times(par, "slow"), _times(par, "quick")
     assert s0 <= q0 < s1 and _times(par, "join")[0] >= max(s1, q1)
+    # the longest chain at normal priority, the stage beside it niced
+    assert _nice(par, "a") == _nice(par, "slow") == 0 and _nice(par, "quick") == 10
     subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=ser, env=_env(), check=True, capture_output=True)
     assert _outs(par) == _outs(ser)  # the same stages, outputs and hashes as one dvc repro
     status = subprocess.run([sys.executable, "-m", "dvc", "status"], cwd=par, env=_env(), capture_output=True,

@@ -8,7 +8,10 @@ stage to be reproduced as ``dvc --wait-for-lock repro --single-item STAGE`` as s
 every stage it depends on has finished, at most ``jobs`` at a time. Among the stages
 ready to start, the one heading the longest remaining chain goes first, weighed by the
 ``meta: {minutes: N}`` each ``dvc.yaml`` stage declares (measured on 2 idle cores; 1 when
-absent): the 35-minute smoke training starts next to the build instead of after it.
+absent): the 35-minute smoke training starts next to the build instead of after it. A
+stage that heads the longest remaining chain when it starts runs at normal priority, the
+others at ``nice`` +:data:`NICE_BESIDE`, so stages beside it (the build's two workers, say)
+take the cores it leaves rather than slowing the chain that decides when the run ends.
 
 Which stages run, and what they write, is what ``dvc repro`` decides: a stage scheduled
 here whose inputs turn out unchanged is skipped by DVC, as in one ``dvc repro``. The first
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 #: default estimate of a stage without ``meta.minutes``
 DEFAULT_MINUTES = 1.0
 POLL_S = 0.5
+#: niceness added to a stage started off the longest remaining chain
+NICE_BESIDE = 10
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,11 @@ class Plan:
         for s in self.stages:
             visit(s)
         return rank
+
+    def critical(self, name: str, done: set[str]) -> bool:
+        """Whether ``name`` heads the longest chain among the stages not done."""
+        rank = self.ranks()
+        return rank[name] >= max(rank[s] for s in self.stages if s not in done)
 
     def ready(self, done: set[str], started: set[str]) -> list[str]:
         """Stages not started whose upstream stages are all done, longest chain first
@@ -147,10 +157,9 @@ def _loop(plan: Plan, project, jobs: int, env, running: dict, done: set, started
     failed = None
     while len(done) < len(plan.stages) and failed is None:
         for name in plan.ready(done, started)[:max(0, jobs - len(running))]:
-            log.info("stage %s: starting (%d running)", name, len(running) + 1)
-            running[name] = subprocess.Popen([sys.executable, "-m", "dvc", "--wait-for-lock", "repro",
-                                              "--single-item", name], cwd=project, env=env,
-                                             start_new_session=True)  # its own group: SIGINT reaches its command
+            nice = 0 if plan.critical(name, done) else NICE_BESIDE
+            log.info("stage %s: starting (%d running%s)", name, len(running) + 1, f", nice +{nice}" if nice else "")
+            running[name] = _start(name, project, env, nice)
             started.add(name)
         time.sleep(POLL_S)
         for name, proc in list(running.items()):
@@ -164,6 +173,14 @@ def _loop(plan: Plan, project, jobs: int, env, running: dict, done: set, started
             done.add(name)
             log.info("stage %s: done at %.1f min", name, (time.monotonic() - t0) / 60)
     return failed
+
+
+def _start(name: str, project, env, nice: int) -> subprocess.Popen:
+    """``dvc repro`` of one stage in its own process group (SIGINT reaches its command),
+    ``nice`` added to its priority (inherited by the stage's command)."""
+    cmd = [sys.executable, "-m", "dvc", "--wait-for-lock", "repro", "--single-item", name]
+    return subprocess.Popen(cmd, cwd=project, env=env, start_new_session=True,
+                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
 
 
 def _interrupt(running: dict[str, subprocess.Popen]) -> None:
