@@ -19,8 +19,8 @@ failing stage stops the run: nothing new starts, the running stages are interrup
 (SIGINT, as Ctrl-C) and its exit status is returned.
 
 >>> plan = Plan(["a", "b", "c"], {"a": set(), "b": {"a"}, "c": {"a"}}, {"a": 1, "b": 2, "c": 30})
->>> plan.ranks()
-{'a': 31.0, 'b': 2.0, 'c': 30.0}
+>>> sorted(plan.ranks().items())
+[('a', 31.0), ('b', 2.0), ('c', 30.0)]
 >>> plan.ready(done={"a"}, started={"a"})
 ['c', 'b']
 """
