@@ -2,9 +2,11 @@
 
 The old algorithm (one LUT, one box filter, one encode over the whole sheared canvas) is
 kept here verbatim; the library now runs the same steps in row bands (overlapping by the
-box radius when the box runs down the columns) to bound its memory. Outputs must be equal
-byte for byte at every angle class, length and frame size, including bands smaller than
-the box.
+box radius when the box runs down the columns) to bound its memory, and in each band only
+over the canvas columns the inverse warp reads (plus the box radius along the rows). Outputs
+must be equal byte for byte at every angle class, length and frame size, including bands
+smaller than the box (with no safety margin around the columns read the bytes still match;
+two pixels fewer and they do not).
 """
 
 from __future__ import annotations
