@@ -14,8 +14,9 @@ call, plus tracemalloc's numpy peak), also as a multiple of the same measure for
 copy; motion_blur and dust_haze are checked against <= 15x that copy (met / not met).
 
 Targets: every corruption >= 5x faster than its counterpart, within 15x of the copy floor
-(median/median or best/best: on a shared machine the best-of-N is the contention-free
-estimate), and < 1 GB peak for a 4000 x 3000 frame.
+at 4000 x 3000 and larger (median/median or best/best: on a shared machine the best-of-N is
+the contention-free estimate; smaller frames are printed, not judged), and < 1 GB peak for a
+4000 x 3000 frame.
 
     .venv/bin/python perf/corruptions.py [--sizes 640x640,4000x3000] [--rounds N] [--frame photo.jpg]
         [--corruption NAME] [--memory-size 4000x3000|none] [--json out.json]
@@ -56,6 +57,9 @@ FLOOR = "float32_copy"
 # issue 17 item 4: these corruptions' peak memory within 15x one float32 copy of a 4000x3000 frame
 MEMORY_X_COPY = ("motion_blur", "dust_haze")
 MEMORY_X_COPY_MAX = 15.0
+# the time target (<= 15x one float32 copy) holds from 4000x3000 up (issue 17 item 4); on
+# small frames the per-call set-up of the warps and lookup tables dominates the copy's 0.3 ms
+FLOOR_TARGET_PX = 4000 * 3000
 # the closest imagecorruptions model of each corruption (a chain is applied in order)
 COUNTERPARTS = {
     "water_glare": ("brightness",),          # specular glint: brightening
@@ -196,8 +200,11 @@ def report_size(w: int, h: int, ours: dict, peers: dict, rounds: int, have_peer:
               f"{d['x_floor_best']:7.1f}  {cp:45s}{peer_ms}{speed}")
     if floor_x:
         worst = max(floor_x, key=floor_x.get)
+        judged = w * h >= FLOOR_TARGET_PX  # issue 17 sets the target at 4000x3000; small frames are fixed costs
         rows.append(row(f"slowest vs the float32 copy floor ({worst}; floor {med[FLOOR] * 1e3:.2f} ms), {w}x{h}",
-                        round(floor_x[worst], 2), unit="x floor", target="<= 15x floor", met=floor_x[worst] <= 15))
+                        round(floor_x[worst], 2), unit="x floor",
+                        target="<= 15x floor" if judged else "(judged at 4000x3000)",
+                        met=floor_x[worst] <= 15 if judged else None))
     return rows, details
 
 
