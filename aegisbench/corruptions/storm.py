@@ -224,7 +224,8 @@ _READ_MARGIN = 2
 
 
 def read_columns(inv: np.ndarray, out_wh: tuple[int, int], r0: int, r1: int) -> tuple[int, int] | None:
-    """``(c0, c1)``: the canvas columns (c1 exclusive, with a safety margin) that the
+    """``(c0, c1)``: the canvas columns (c1 exclusive, with a safety margin, not clipped to the
+    canvas) that the
     bilinear inverse warp ``inv`` (output -> canvas) reads in canvas rows ``[r0, r1)``
     for an output of ``out_wh``; None if it reads none of them.
 
@@ -233,7 +234,7 @@ def read_columns(inv: np.ndarray, out_wh: tuple[int, int], r0: int, r1: int) -> 
 
     >>> import numpy as np
     >>> read_columns(np.float32([[1, 0, 0], [0, 1, 0]]), (10, 5), 0, 2)
-    (0, 13)
+    (-2, 13)
     >>> read_columns(np.float32([[1, 0, 0], [0, 1, 0]]), (10, 5), 9, 12) is None
     True
     """
