@@ -62,7 +62,7 @@ def _fail(args, cwd, env):
 def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     repo, env, dvc = project
     out = _run([*dvc, "repro"], repo, env)
-    for stage in ("sources", "build", "digest", "calibrate", "ladders", "preview", "train_reference",
+    for stage in ("sources", "build", "digest", "calibrate", "ladders", "preview", "train_reference@sar", "train_reference@smoke",
                   "detect_reference_sar", "detect_reference_smoke", "firespread_baselines",
                   "evaluate@reference_sar", "evaluate@firespread_convlstm", "leaderboard"):
         assert f"Running stage '{stage}'" in out, stage
