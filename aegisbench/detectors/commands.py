@@ -12,7 +12,7 @@ import json
 import logging
 from pathlib import Path
 
-from aegisbench.cli import command
+from aegisbench.cli import command, export_global_options
 from aegisbench.errors import BadInput
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
@@ -226,8 +226,7 @@ def cmd_train_reference(args) -> int:
         print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},
                          sort_keys=True))
         return 0
-    flags = (["-v"] if args.verbose else ["-q"] if args.quiet else []) + (
-        ["--no-progress"] if args.no_progress else []) + ["--progress-interval", repr(float(args.progress_interval))]
-    reports = run_jobs(args.params, jobs, args.jobs, flags)
+    export_global_options(args)  # -v/-q and --progress-interval reach the children as they reach `run`'s stages
+    reports = run_jobs(args.params, jobs, args.jobs, ["--no-progress"] if args.no_progress else [])
     print(json.dumps(reports, sort_keys=True))
     return 0
