@@ -49,7 +49,7 @@ COMMAND_GROUPS = {
     "firespread": ("firespread-baselines", "firespread-simulate", "firespread-report", "firespread-ndws"),
     "evaluate": ("validate", "evaluate"),
     "publish": ("leaderboard", "publish"),
-    "pipeline": ("run",),
+    "pipeline": ("run", "pull", "push"),
 }
 
 log = logging.getLogger("aegisbench")

@@ -1,7 +1,8 @@
 """`dvc repro` in a temporary git repository, end to end on a tiny version of the default:
 sources -> build (image configs + fire-spread ensembles) -> reference detector training ->
 detect -> reference forecasters -> evaluate (one stage per submission) -> leaderboard; then a
-second run does nothing, a parameter change reruns exactly its dependents, and an invalid
+second run does nothing, re-sharding reruns only the build, a parameter change reruns exactly
+its dependents, and an invalid
 submission stops the pipeline with the validator's message, leaving the leaderboard as it was."""
 
 from __future__ import annotations
@@ -112,6 +113,16 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     _run([*dvc, "repro", "-s", "digest"], repo, env)
     assert "up to date" in _run([*dvc, "status"], repo, env).lower()
 
+    # re-sharding: other shard files, the same rows, so the same digest; nothing after it reruns
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["build"]["rows_per_shard"] = 1
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert _ran(_run([*dvc, "repro"], repo, env)) == ["build", "digest"]
+    resharded = load_manifest(repo / "data/aegisbench")
+    assert sorted(resharded["files"]) != sorted(manifest["files"]) and verify_repo(repo / "data/aegisbench").ok
+    assert resharded["dataset_digest"] == manifest["dataset_digest"]
+    assert (repo / "data/aegisbench.digest.json").read_bytes() == digest
+
     # a parameter change reruns exactly the stages that depend on it
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["evaluation"]["n_resamples"] = 60
@@ -136,8 +147,9 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     clone = repo.parent / "clone"
     _run(["git", "clone", "-q", str(repo), str(clone)], repo.parent, env)
     assert not (clone / "data/aegisbench").exists()
-    _run([*dvc, "pull"], clone, env)
-    _run([str(Path(sys.executable).parent / "aegisbench"), "verify", "data/aegisbench"], clone, env)
+    pulled = _run([str(Path(sys.executable).parent / "aegisbench"), "pull"], clone, env)  # dvc pull + verify
+    built = load_manifest(repo / "data/aegisbench")
+    assert f"data/aegisbench: OK ({len(built['files'])} files, digest {built['dataset_digest']})" in pulled
     assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
     status = _run([*dvc, "status"], clone, env)
     assert "up to date" in status.lower(), status

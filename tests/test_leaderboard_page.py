@@ -96,7 +96,7 @@ def tiny_manifest(root: Path, test_images: int) -> Path:
     """A dataset folder whose manifest says how many clean test images each source has."""
     root.mkdir(parents=True, exist_ok=True)
     splits = {src: {"rows": test_images} for src in ("sard", "heridal")} | {"sard_val": {"rows": 2}}
-    (root / "manifest.json").write_text(json.dumps({"format": 1, "dataset_digest": DIGEST,
+    (root / "manifest.json").write_text(json.dumps({"format": 2, "dataset_digest": DIGEST,
                                                     "configs": {"clean": {"splits": splits}}}))
     return root
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import aegisbench
@@ -95,12 +97,27 @@ def test_two_builds_identical(tmp_path):
 
 def test_digest_depends_on_content_and_version(tmp_path):
     m1 = build_repo(tiny_params(tmp_path / "a"), progress=False)
-    m2 = build_repo(tiny_params(tmp_path / "b", rows_per_shard=4), progress=False)
+    m2 = build_repo(tiny_params(tmp_path / "b", rows_per_shard=2), progress=False)
     m3 = build_repo(tiny_params(tmp_path / "c", version="0.2.0"), progress=False)
     assert m1["dataset_digest"] != m3["dataset_digest"]
-    # re-sharding changes the shard list, hence the digest, by design
-    assert m1["dataset_digest"] != m2["dataset_digest"]
+    # re-sharding changes the shards and their hashes, not the splits' content: the digest stays
+    assert _shard_paths(m1) != _shard_paths(m2)
+    assert m1["dataset_digest"] == m2["dataset_digest"]
     assert dataset_digest(m1["benchmark_version"], m1["configs"]) == m1["dataset_digest"]
+    for config, cfg in m2["configs"].items():
+        for split, info in cfg["splits"].items():  # the split hash, derived here from the Parquet rows
+            rows = [r for s in info["shards"] for r in pq.read_table(tmp_path / "b/repo" / s["path"]).to_pylist()]
+            keys = [[r["image_id"], r["sha256"], r["width"], r["height"], r["objects"]["bbox"], r["objects"]["label"],
+                     r["group_id"], r["frame_index"], r["time_s"], r["fire_start_frame"], r["ignore"],
+                     [[m["name"], m["value"]] for m in r["meta"]]] for r in rows]
+            run = b"".join(hashlib.sha256(json.dumps(k, sort_keys=True, separators=(",", ":")).encode()).digest()
+                           for k in keys)
+            assert info["content_sha256"] == m1["configs"][config]["splits"][split]["content_sha256"] \
+                == hashlib.sha256(run).hexdigest(), (config, split)
+
+
+def _shard_paths(manifest: dict) -> list[str]:
+    return [s["path"] for c in manifest["configs"].values() for i in c["splits"].values() for s in i["shards"]]
 
 
 def test_verify_intact_and_tampered(built, capsys):
@@ -128,11 +145,22 @@ def test_verify_intact_and_tampered(built, capsys):
 
 def test_verify_detects_edited_manifest(built):
     repo, _ = built
-    m = json.loads((repo / "manifest.json").read_text())
-    shard = m["configs"]["clean"]["splits"]["demo"]["shards"][0]
-    shard["content_sha256"] = "0" * 64
+    original = (repo / "manifest.json").read_text()
+    m = json.loads(original)
+    m["configs"]["clean"]["splits"]["demo"]["content_sha256"] = "0" * 64  # a split's hash: the digest disagrees
     (repo / "manifest.json").write_text(json.dumps(m))
-    assert verify_repo(repo).digest_mismatch
+    report = verify_repo(repo)
+    assert report.digest_mismatch
+    assert "clean/demo: the content hash recomputed from its rows is not the manifest's split content_sha256" \
+        in report.content
+    m = json.loads(original)
+    shard = m["configs"]["clean"]["splits"]["demo"]["shards"][0]
+    shard["content_sha256"] = "0" * 64  # a shard's hash: its rows disagree
+    (repo / "manifest.json").write_text(json.dumps(m))
+    report = verify_repo(repo)
+    assert not report.digest_mismatch and not report.ok
+    assert f"{shard['path']}: the content hash recomputed from its rows is not the manifest's content_sha256" \
+        in report.content
 
 
 def test_verify_bad_paths(tmp_path, capsys):

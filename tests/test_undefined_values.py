@@ -226,7 +226,7 @@ def test_not_physical_rows_render_with_their_reason(tmp_path):
         ("clean", "recall", 0.5, 0.4, 0.6, None), ("water_glare_s1", "recall", None, None, None, None)], note=False)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "manifest.json").write_text(json.dumps({"format": 1, "dataset_digest": DIGEST}))
+    (data / "manifest.json").write_text(json.dumps({"format": 2, "dataset_digest": DIGEST}))
     rep = build_leaderboard(tmp_path / "results", data, tmp_path / "lb", evaluator_version=EV,
                             metrics=tmp_path / "m.json", plots=tmp_path / "plots")
     assert rep.merged == ("irnet", "older") and not rep.skipped

@@ -38,7 +38,7 @@ from aegisbench.builders.conditions import ConfigSpec, config_specs, not_physica
 from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
                                             firespread_metas, firespread_tasks)
 from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
-from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, verify_repo
+from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, rows_sha256, verify_repo
 from aegisbench.builders.source_table import release_arrow_memory, require_eval_splits, split_counts
 from aegisbench.progress import progress as progress_bar
 
@@ -174,13 +174,17 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
     skips is kept with no splits, so its meta stays known)."""
     configs: dict = {}
     files: dict = {}
+    row_hashes: dict[tuple[str, str], list[str]] = {}
     for task, e in zip(tasks, entries):
         split = configs.setdefault(task.config, {"splits": {}, "meta": metas[task.config]})["splits"].setdefault(
             task.split, {"rows": 0, "source": task.source, "role": task.source_split, "shards": []})
         split["rows"] += e.rows
         split["shards"].append({"path": e.path, "sha256": e.sha256, "bytes": e.bytes, "rows": e.rows,
                                 "content_sha256": e.content_sha256, "images": e.images})
+        row_hashes.setdefault((task.config, task.split), []).append(e.row_hashes)
         files[e.path] = {"sha256": e.sha256, "bytes": e.bytes}
+    for (config, split), hashes in row_hashes.items():  # the split's rows, whatever its shards
+        configs[config]["splits"][split]["content_sha256"] = rows_sha256("".join(hashes))
     for config, srcs in (skipped or {}).items():
         configs.setdefault(config, {"splits": {}, "meta": metas[config]})["not_physical"] = dict(sorted(srcs.items()))
     return {

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import datasets
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aegisbench.atomic import atomic_path, atomic_write_text
+from aegisbench.builders.manifest import rows_sha256
 from aegisbench.hashing import file_sha256, json_sha256, pixel_sha256
 from aegisbench.builders.source_table import SourceRecord, encode_png, read_source_rows, release_arrow_memory
 
@@ -86,11 +87,15 @@ class ShardEntry:
     sha256: str
     bytes: int
     rows: int
-    content_sha256: str
+    content_sha256: str  # rows_sha256 of row_hashes
     images: dict[str, str]  # image_id -> pixel sha256
+    row_hashes: str = ""  # every row's content hash, hex, in row order (the split hash; not in the manifest)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "ShardEntry":
+    def from_dict(cls, d: dict) -> "ShardEntry | None":
+        """The entry a sidecar recorded, or None for one in another format (an older builder)."""
+        if not isinstance(d, dict) or set(d) != {f.name for f in fields(cls)}:
+            return None
         return cls(**d)
 
 
@@ -142,8 +147,9 @@ def write_rows_shard(root: Path, relpath: str, rows: list[dict], schema: pa.Sche
     path = root / relpath
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
-    return ShardEntry(path=relpath, sha256=file_sha256(path), bytes=path.stat().st_size,
-                      rows=len(rows), content_sha256=json_sha256(content), images=images or {})
+    row_hashes = "".join(json_sha256(key) for key in content)
+    return ShardEntry(path=relpath, sha256=file_sha256(path), bytes=path.stat().st_size, rows=len(rows),
+                      content_sha256=rows_sha256(row_hashes), images=images or {}, row_hashes=row_hashes)
 
 
 def _sidecar(root: Path, task: ShardTask) -> Path:
@@ -156,6 +162,6 @@ def finished_entry(task: ShardTask, root: Path) -> ShardEntry | None:
     if not (side.exists() and shard.exists()):
         return None
     entry = ShardEntry.from_dict(json.loads(side.read_text()))
-    if entry.bytes != shard.stat().st_size or entry.sha256 != file_sha256(shard):
+    if entry is None or entry.bytes != shard.stat().st_size or entry.sha256 != file_sha256(shard):
         return None
     return entry

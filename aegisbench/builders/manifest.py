@@ -29,24 +29,38 @@ from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
 from aegisbench.errors import BadInput, VerificationError
-from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.hashing import bytes_sha256, file_sha256, json_sha256
 from aegisbench.readers import read_json
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
-MANIFEST_FORMAT = 1
+#: 2: every split records its content hash over all its rows and the dataset digest hashes those
+#: (layout-free); 1 hashed the shards' content hashes in order, so re-sharding changed the digest.
+MANIFEST_FORMAT = 2
 CARD = "README.md"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
+def rows_sha256(row_hashes: str) -> str:
+    """SHA-256 of a run of rows given as their concatenated hex content hashes (each a
+    :func:`json_sha256` of the row's content key). A split's hash is this over all its rows,
+    so it does not depend on how the rows are cut into shards.
+
+    >>> a, b = json_sha256(["r0"]), json_sha256(["r1"])
+    >>> rows_sha256(a + b) == bytes_sha256(bytes.fromhex(a) + bytes.fromhex(b))
+    True
+    """
+    if len(row_hashes) % 64:
+        raise ValueError(f"row hashes must be 64 hex digits each, got {len(row_hashes)} characters")
+    return bytes_sha256(bytes.fromhex(row_hashes))
+
+
 def dataset_digest(version: str, configs: dict) -> str:
-    """Content digest: version + the content hash of every shard, in order."""
-    content = {
-        cfg: {split: [s["content_sha256"] for s in info["shards"]]
-              for split, info in sorted(c["splits"].items())}
-        for cfg, c in sorted(configs.items())
-    }
+    """Content digest: version + every split's content hash (``rows_sha256`` of all its rows,
+    whatever the shards), so re-sharding keeps the digest."""
+    content = {cfg: {split: info["content_sha256"] for split, info in sorted(c["splits"].items())}
+               for cfg, c in sorted(configs.items())}
     return json_sha256({"benchmark_version": version, "configs": content})
 
 
@@ -90,6 +104,9 @@ def load_manifest(repo: str | Path) -> dict:
     if not isinstance(manifest, dict):
         raise BadInput(f"malformed manifest: a JSON object is needed, got a {type(manifest).__name__}",
                        where=str(path))
+    if manifest.get("format") == 1:
+        raise BadInput("manifest format 1 (a dataset digest over the shard layout) is from an older AegisBench: "
+                       "rebuild the repo with `aegisbench build`", where=str(path))
     if manifest.get("format") != MANIFEST_FORMAT:
         raise BadInput(f"unsupported manifest format {manifest.get('format')!r}", where=str(path))
     _check_fields(manifest, str(path))
@@ -140,8 +157,9 @@ def _check_fields(m: dict, where: str) -> None:
         for split, info in cfg["splits"].items():
             sname = f"{name}.splits[{split!r}]"
             _need(isinstance(info, dict) and _is_count(info.get("rows")) and isinstance(info.get("source"), str)
-                  and isinstance(info.get("role"), str) and isinstance(info.get("shards"), list), sname,
-                  "must have rows (a count), source, role (strings) and shards (a list)", where)
+                  and isinstance(info.get("role"), str) and isinstance(info.get("shards"), list)
+                  and _is_hex(info.get("content_sha256")), sname,
+                  "must have rows (a count), source, role (strings), shards (a list) and content_sha256", where)
             for i, shard in enumerate(info["shards"]):
                 _check_shard(shard, f"{sname}.shards[{i}]", where)
 
@@ -160,7 +178,7 @@ class VerifyReport:
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     altered: list[str] = field(default_factory=list)
-    digest_mismatch: bool = False  # the declared content hashes do not give the declared digest
+    digest_mismatch: bool = False  # the declared split content hashes do not give the declared digest
     content: list[str] = field(default_factory=list)  # "<path>: <what differs>" (recomputed from rows)
     manifest: dict | None = field(default=None, repr=False, compare=False)  # the manifest that was checked
 
@@ -174,7 +192,7 @@ class VerifyReport:
         out += [f"altered: {p}" for p in self.altered]
         out += [f"content: {p}" for p in self.content]
         if self.digest_mismatch:
-            out.append("altered: manifest.json (dataset digest does not match its shards)")
+            out.append("altered: manifest.json (dataset digest does not match its splits' content hashes)")
         return out
 
 

@@ -1,16 +1,19 @@
 """What a dataset shard holds, re-derived from its decoded rows (``verify``).
 
-The builder hashes a shard's *content*, not its bytes: for an image shard the
-:func:`~aegisbench.builders.hfrepo.content_key` of every row, whose ``sha256`` is the pixel
-SHA-256 of the decoded image; for a fire-spread shard the ``content`` list of
+The builder hashes a shard's *content*, not its bytes. Each row has a content key: for an
+image row its :func:`~aegisbench.builders.hfrepo.content_key`, whose ``sha256`` is the pixel
+SHA-256 of the decoded image; for a fire-spread row its entry in the ``content`` list of
 :class:`~aegisbench.builders.firespread.FirespreadTask` (ids, the layout digest and the hashes
-of the ignition-time maps / burn counts / Z moments). :func:`shard_facts` decodes a shard and
+of the ignition-time maps / burn counts / Z moments). A row's hash is
+:func:`~aegisbench.hashing.json_sha256` of its key, and a run of rows (a shard, or a whole split
+across its shards) hashes to :func:`~aegisbench.builders.manifest.rows_sha256` of its row hashes, so a
+split's hash does not depend on how its rows are cut into shards. :func:`shard_facts` decodes a shard and
 recomputes exactly that, never trusting a stored hash: each image is decoded as the detectors
 decode it (:func:`~aegisbench.builders.source_table.decode_image`) and its pixels re-hashed.
 It also reports rows that contradict themselves (a ``sha256`` column that is not the pixels'
 hash, a row of another config, a schema that is not the builder's).
 
->>> facts = ShardFacts(rows=0, content_sha256=json_sha256([]), images={})
+>>> facts = ShardFacts(rows=0, content_sha256=rows_sha256(""), images={})
 >>> facts.rows, facts.ok
 (0, True)
 """
@@ -25,13 +28,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aegisbench.errors import BadInput
+from aegisbench.builders.manifest import rows_sha256
 from aegisbench.hashing import bytes_sha256, json_sha256, pixel_sha256
 from aegisbench.vocab import FIRESPREAD_STATISTIC_CONFIG, is_firespread_config
 
 log = logging.getLogger(__name__)
 
 #: Version of the recipe below; part of every cache key (bump when the recipe changes).
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 MAX_ROW_PROBLEMS = 5  # per shard; the rest are counted
 
 
@@ -43,6 +47,7 @@ class ShardFacts:
     content_sha256: str
     images: dict[str, str]
     problems: tuple[str, ...] = field(default=())
+    row_hashes: str = ""  # every row's content hash, hex, in row order (for the split's hash)
 
     @property
     def ok(self) -> bool:
@@ -97,7 +102,8 @@ def shard_facts(data: bytes, config: str, name: str = "shard") -> ShardFacts:
         keys.append(key)
     if len(problems) > MAX_ROW_PROBLEMS:
         problems[MAX_ROW_PROBLEMS:] = [f"... and {len(problems) - MAX_ROW_PROBLEMS} more row problems"]
-    return ShardFacts(len(rows), json_sha256(keys), images, tuple(problems))
+    row_hashes = "".join(json_sha256(key) for key in keys)
+    return ShardFacts(len(rows), rows_sha256(row_hashes), images, tuple(problems), row_hashes)
 
 
 def _image_key(row: dict, config: str, where: str) -> tuple[list, str | None, list[str]]:

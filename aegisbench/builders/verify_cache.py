@@ -2,7 +2,8 @@
 
 :func:`~aegisbench.builders.manifest.require_verified` (evaluate, detect, WARP) re-hashes
 every file of a repo, then looks a shard's facts (rows, content hash, pixel hashes) up
-here by the SHA-256 of its *bytes* (plus the config it is listed under and the recipe version).
+here by the SHA-256 of its *bytes* (plus the config it is listed under and the recipe version);
+a record holds its rows' content hashes too, from which the split's hash is recomputed.
 Bytes -> content is a pure function, so a record can never let a changed file pass: a
 changed file has another SHA-256 and misses. A record is written only after the shard was
 decoded and matched its manifest entry. The card check is recorded the same way, keyed by
@@ -15,7 +16,7 @@ only costs a re-decode). ``aegisbench verify`` never reads or writes them.
 
 >>> import os, tempfile
 >>> from unittest import mock
->>> facts = ShardFacts(rows=2, content_sha256="c" * 64, images={"a": "d" * 64})
+>>> facts = ShardFacts(rows=1, content_sha256="c" * 64, images={"a": "d" * 64}, row_hashes="e" * 64)
 >>> with mock.patch.dict(os.environ, {"AEGISBENCH_CACHE": tempfile.mkdtemp()}):
 ...     store_facts("f" * 64, "clean", facts)
 ...     cached_facts("f" * 64, "clean") == facts, cached_facts("e" * 64, "clean")
@@ -73,16 +74,18 @@ def cached_facts(file_sha256: str, config: str) -> ShardFacts | None:
     rec = _read(_shard_key(file_sha256, config))
     if rec is None:
         return None
-    rows, content, images = rec.get("rows"), rec.get("content_sha256"), rec.get("images")
-    if not (isinstance(rows, int) and isinstance(content, str) and isinstance(images, dict)):
+    rows, content, images, hashes = (rec.get(k) for k in ("rows", "content_sha256", "images", "row_hashes"))
+    if not (isinstance(rows, int) and isinstance(content, str) and isinstance(images, dict)
+            and isinstance(hashes, str) and len(hashes) == 64 * rows):
         return None
-    return ShardFacts(rows, content, images)
+    return ShardFacts(rows, content, images, row_hashes=hashes)
 
 
 def store_facts(file_sha256: str, config: str, facts: ShardFacts) -> None:
     """Record the facts of a shard that was decoded and matched its manifest entry."""
     _write(_shard_key(file_sha256, config),
-           {"rows": facts.rows, "content_sha256": facts.content_sha256, "images": facts.images})
+           {"rows": facts.rows, "content_sha256": facts.content_sha256, "images": facts.images,
+            "row_hashes": facts.row_hashes})
 
 
 def _card_key(card_sha256: str, manifest: dict) -> list:

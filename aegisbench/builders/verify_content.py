@@ -2,9 +2,9 @@
 
 :func:`check_content` recomputes every intact shard's facts from its decoded rows
 (:func:`~aegisbench.builders.shard_content.shard_facts`) and compares rows, content hash and
-per-image pixel hashes with the shard's manifest entry; it also recomputes the dataset digest
-from the recomputed content hashes (:func:`~aegisbench.builders.manifest.dataset_digest`,
-unchanged). :func:`check_card` re-renders the card (:func:`~aegisbench.builders.card.card_problems`).
+per-image pixel hashes with the shard's manifest entry, and each split's content hash over all
+its rows with the split's entry; it also recomputes the dataset digest from those
+(:func:`~aegisbench.builders.manifest.dataset_digest`, unchanged). :func:`check_card` re-renders the card (:func:`~aegisbench.builders.card.card_problems`).
 Problems go to ``report.content`` as ``"<path>: <what differs>"``.
 
 >>> _images_diff({"a": "1", "b": "2"}, {"a": "1", "b": "3", "c": "4"})
@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from aegisbench.hashing import bytes_sha256
-from aegisbench.builders.manifest import CARD, VerifyReport, dataset_digest, iter_shards, repo_file
+from aegisbench.builders.manifest import CARD, VerifyReport, dataset_digest, iter_shards, repo_file, rows_sha256
 from aegisbench.builders.shard_content import ShardFacts, shard_facts
 from aegisbench.builders.verify_cache import cached_facts, card_verified, store_card, store_facts
 
@@ -88,9 +88,10 @@ def _compare(manifest: dict, config: str, shard: dict, sha: str, facts: ShardFac
 
 def check_content(repo: Path, manifest: dict, intact: dict[str, str], report: VerifyReport,
                   cache: bool) -> tuple[int, str | None]:
-    """Check every intact shard (``intact``: path -> SHA-256 of its verified bytes); returns
-    the number decoded and the digest recomputed from the shards' rows (None when a shard is
-    missing or altered: that is reported already)."""
+    """Check every intact shard (``intact``: path -> SHA-256 of its verified bytes) and every
+    split whose shards are all intact (its content hash over all its rows); returns the number
+    decoded and the digest recomputed from the rows (None when a shard is missing or altered:
+    that is reported already)."""
     todo = [(config, shard, intact[shard["path"]]) for config, _, _, shard in iter_shards(manifest)
             if shard["path"] in intact]
     results = iter(_facts(repo, todo, cache))  # in manifest order, as the loop below walks it
@@ -108,8 +109,12 @@ def check_content(repo: Path, manifest: dict, intact: dict[str, str], report: Ve
                     facts, fresh = next(results)
                     decoded += fresh
                     _compare(manifest, config, shard, intact[shard["path"]], facts, fresh, report, cache)
-                    hashes.append({"content_sha256": facts.content_sha256})
-            splits[split] = {"shards": hashes}
+                    hashes.append(facts.row_hashes)
+            if len(hashes) == len(info["shards"]):
+                splits[split] = {"content_sha256": rows_sha256("".join(hashes))}
+                if splits[split]["content_sha256"] != info["content_sha256"]:
+                    report.content.append(f"{config}/{split}: the content hash recomputed from its rows is not "
+                                          "the manifest's split content_sha256")
     complete = len(todo) == sum(1 for _ in iter_shards(manifest))
     return decoded, (dataset_digest(manifest["benchmark_version"], recomputed) if complete else None)
 

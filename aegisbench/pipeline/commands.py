@@ -36,6 +36,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "plain `dvc repro`); default: the CPU count")
     executor_args(p)
     p.set_defaults(func=cmd_run)
+    for verb, summary, details, examples in (
+            ("pull", "the pipeline's outputs from the DVC remote instead of rebuilding them, then verify the dataset",
+             "Checks that the remote is reachable first (one line, exit 2, nothing fetched or checked out when it "
+             "is not), runs `dvc pull`, then re-hashes and re-decodes the dataset repo it brought.",
+             ["aegisbench pull                    # the default remote (`dvc remote add -d`)",
+              "aegisbench pull --remote shared --no-verify"]),
+            ("push", "the pipeline's outputs (as dvc.lock names them) to the DVC remote",
+             "Checks that the remote is reachable first (one line, exit 2, nothing uploaded when it is not), then "
+             "runs `dvc push`.",
+             ["aegisbench push                    # after `aegisbench run`", "aegisbench push --remote shared"])):
+        p = command(sub, verb, summary, details, examples)
+        p.add_argument("--remote", default=None, help="DVC remote name; default: the project's default remote")
+        p.add_argument("--jobs", type=int, default=None, help="parallel transfers (dvc's --jobs); default: dvc's")
+        if verb == "pull":
+            p.add_argument("--dataset", default="data/aegisbench", help="dataset repo to verify after the pull")
+            p.add_argument("--no-verify", action="store_true", help="skip verifying the dataset after the pull")
+        p.set_defaults(func=cmd_remote, verb=verb)
 
 
 def cmd_run(args) -> int:
@@ -62,4 +79,29 @@ def cmd_run(args) -> int:
         return rc
     print(f"dataset repo: {project / params.dataset_dir}")
     print(f"leaderboard page: {project / PAGE}")
+    return 0
+
+
+def cmd_remote(args) -> int:
+    """``pull`` / ``push``: check the remote, transfer, and (pull) verify the dataset."""
+    from aegisbench.pipeline.remote import check_reachable, resolve_remote, transfer
+
+    checkout = Path.cwd()
+    if args.jobs is not None and args.jobs < 1:
+        raise BadInput(f"must be at least 1, got {args.jobs}", where="--jobs")
+    remote = resolve_remote(checkout, args.remote)
+    check_reachable(remote, for_push=args.verb == "push")
+    transfer(checkout, args.verb, remote, args.jobs)
+    if args.verb == "push" or args.no_verify:
+        print(f"{args.verb} {'to' if args.verb == 'push' else 'from'} remote {remote.name!r}: done")
+        return 0
+    from aegisbench.builders.manifest import load_manifest, verify_repo
+    report = verify_repo(args.dataset)
+    if not report.ok:
+        for line in report.lines():
+            print(f"{args.dataset}: {line}", file=sys.stderr)
+        return 2
+    m = load_manifest(args.dataset)
+    print(f"pulled from remote {remote.name!r}; {args.dataset}: OK ({len(m['files'])} files, "
+          f"digest {m['dataset_digest']})")
     return 0

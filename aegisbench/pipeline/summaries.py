@@ -3,11 +3,9 @@
 ``digest REPO OUT``: the dataset's identity as a tiny, path-free JSON: its ``benchmark_version``
 and ``dataset_digest`` (the manifest's, checked; the digest every submission and result names).
 Stages after ``build`` depend on it instead of the dataset folder, so a rebuild that changes
-bytes but not content (a card edit, an encoder writing other PNG bytes for the same pixels)
-reruns ``build`` and this stage, and nothing after them. Re-sharding (``build.rows_per_shard``)
-does rerun them: the pinned dataset digest hashes the shards' content hashes in order, so the
-shard layout is part of the dataset's identity (a submission made on one layout is refused on
-another).
+bytes but not content (a card edit, an encoder writing other PNG bytes for the same pixels,
+re-sharding with another ``build.rows_per_shard``: the digest hashes each split's rows, not its
+shards) reruns ``build`` and this stage, and nothing after them.
 
 ``ladders REPORT OUT``: the calibration report (``aegisbench calibrate --metrics``) cut to
 what ``dvc metrics show`` should print: per corruption ladder, whether it is monotone and its

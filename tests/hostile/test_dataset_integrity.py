@@ -25,7 +25,8 @@ from _evalkit import gt_table, materialize, tiny_params, write_submission
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.card import card_inputs, render_card
 from aegisbench.builders.hfrepo import content_key
-from aegisbench.builders.manifest import dataset_digest, iter_shards, load_manifest, require_verified, verify_repo
+from aegisbench.builders.manifest import (dataset_digest, iter_shards, load_manifest, require_verified, rows_sha256,
+                                         verify_repo)
 from aegisbench.builders.shard_content import shard_facts
 from aegisbench.cli import main
 from aegisbench.errors import BadInput, VerificationError
@@ -151,7 +152,12 @@ def test_a_consistent_rewrite_passes_only_under_a_new_digest(repo, honest):
     m = _manifest(repo)
     rows = _rewrite(repo / SAR, _no_boxes)
     _rehash(repo, m, SAR)
-    _entry(m, SAR)["content_sha256"] = json_sha256([content_key(r) for r in rows])  # as the builder would
+    row_hashes = [json_sha256(content_key(r)) for r in rows]  # as the builder would
+    _entry(m, SAR)["content_sha256"] = rows_sha256("".join(row_hashes))
+    split = m["configs"]["clean"]["splits"]["synthetic_sar"]
+    split["content_sha256"] = rows_sha256("".join(
+        "".join(row_hashes) if s["path"] == SAR else
+        shard_facts((repo / s["path"]).read_bytes(), "clean").row_hashes for s in split["shards"]))
     m["dataset_digest"] = dataset_digest(m["benchmark_version"], m["configs"])
     _save(repo, m)
     content = verify_repo(repo).content  # the card states the old digest and the old shard size
@@ -182,7 +188,9 @@ def test_swapped_shards_fail(repo, pair):
     _save(repo, m)
     report = verify_repo(repo)
     assert not (report.ok or report.altered or report.missing or report.extra)
-    assert report.digest_mismatch  # the digest covers where each shard sits
+    assert not report.digest_mismatch  # the split hashes still give the declared digest, but their rows do not:
+    assert f"clean/synthetic_sar: the content hash recomputed from its rows is not the manifest's split " \
+        "content_sha256" in report.content  # the digest covers where each row sits
     assert any(c.startswith("manifest.json: the dataset digest recomputed") for c in report.content)
     if "low_light" in b:  # rows that name another config
         first = pq.read_table(repo / a, columns=["image_id"]).column("image_id")[0].as_py()
