@@ -22,6 +22,7 @@ from aegisbench.cli import main
 from aegisbench.pipeline import fast_params, prepare_project
 
 ROOT = Path(__file__).resolve().parents[1]
+EXP_SHOW_DROP = "^(aegisbench|data|submissions|results)(/|$)"  # the README's `dvc exp show --drop`
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -138,7 +139,6 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert count <= 60 and set(files) == {"metrics/leaderboard.json", "metrics/calibration.json"}, (count, files)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "built"], repo, env)
-    _run([*dvc, "exp", "run"], repo, env)  # experiments start from the committed project
 
     # pull instead of rebuild: push to a folder remote, clone, pull, verify, nothing to rerun
     _run([*dvc, "remote", "add", "-d", "shared", str(repo.parent / "remote")], repo, env)
@@ -153,6 +153,15 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
     status = _run([*dvc, "status"], clone, env)
     assert "up to date" in status.lower(), status
+
+    # an experiment from the committed project; `dvc exp show` narrowed as the README says (what
+    # changed, no file-hash columns) fits 100 columns, where the whole table collapses to "…"
+    _run([*dvc, "exp", "run", "-S", "evaluation.n_resamples=61"], repo, env)
+    narrow_env = {**env, "COLUMNS": "100"}
+    shown = _run([*dvc, "exp", "show", "--no-pager", "--only-changed", "--drop", EXP_SHOW_DROP], repo, narrow_env)
+    assert f"--drop '{EXP_SHOW_DROP}'" in (ROOT / "README.md").read_text()
+    assert "…" not in shown and "n_resamples" in shown and "61" in shown and "60" in shown, shown
+    assert "…" in _run([*dvc, "exp", "show", "--no-pager"], repo, narrow_env)
 
     # an invalid submission stops the pipeline with the validator's message; the published
     # leaderboard is left exactly as it was

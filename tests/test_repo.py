@@ -19,7 +19,7 @@ import pytest
 import aegisbench
 from aegisbench.builders.build import (build_repo, builder_source_hash, config_specs,
                                        plan_tasks, staging_dir)
-from aegisbench.builders.hfrepo import write_shard
+from aegisbench.builders.hfrepo import ShardEntry, write_shard
 from aegisbench.builders.manifest import dataset_digest, load_manifest, verify_repo
 from aegisbench.builders.source_table import SourceRecord, write_source_table
 from aegisbench.cli import main
@@ -161,6 +161,25 @@ def test_verify_detects_edited_manifest(built):
     assert not report.digest_mismatch and not report.ok
     assert f"{shard['path']}: the content hash recomputed from its rows is not the manifest's content_sha256" \
         in report.content
+
+
+def test_a_format_1_manifest_is_refused_in_one_line(built, capsys):
+    repo, _ = built
+    m = json.loads((repo / "manifest.json").read_text())
+    m["format"] = 1  # the shard-order digest of older builders
+    (repo / "manifest.json").write_text(json.dumps(m))
+    assert main(["verify", str(repo)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "manifest format 1" in err and "rebuild the repo with `aegisbench build`" in err
+
+
+def test_a_sidecar_of_an_older_builder_is_not_resumed(built):
+    repo, _ = built
+    shard = load_manifest(repo)["configs"]["clean"]["splits"]["demo"]["shards"][0]
+    old = {k: shard[k] for k in ("path", "sha256", "bytes", "rows", "content_sha256", "images")}  # no row_hashes
+    assert ShardEntry.from_dict(old) is None
+    entry = ShardEntry.from_dict({**old, "row_hashes": "0" * 64 * shard["rows"]})
+    assert entry is not None and entry.rows == shard["rows"]
 
 
 def test_verify_bad_paths(tmp_path, capsys):
