@@ -34,7 +34,7 @@ def test_swaps_never_show_an_absent_or_mixed_folder(tmp_path):
     with staged_dir(final) as d:
         (d / "a").write_text("0")
         (d / "b").write_text("0")
-    stop, problems, seen = threading.Event(), [], set()
+    stop, problems, seen, reads = threading.Event(), [], set(), [0]
 
     def reader():
         while not stop.is_set():
@@ -46,14 +46,24 @@ def test_swaps_never_show_an_absent_or_mixed_folder(tmp_path):
                 seen.add(files["a"])
             except Exception as exc:  # noqa: BLE001 - any failure is the finding
                 problems.append(repr(exc))
+            reads[0] += 1
+
+    def reader_caught_up(after: int) -> None:
+        """Under load the scheduler may keep the reader off the CPU for all 80 swaps (the
+        CI run on 2 cores saw only the last version): give it a read between swaps."""
+        deadline = time.monotonic() + 5
+        while reads[0] <= after and time.monotonic() < deadline:
+            time.sleep(0.0005)
 
     thread = threading.Thread(target=reader)
     thread.start()
     try:
         for i in range(1, 81):
+            before = reads[0]
             with staged_dir(final) as d:
                 (d / "a").write_text(str(i))
                 (d / "b").write_text(str(i))
+            reader_caught_up(before)
     finally:
         stop.set()
         thread.join()
