@@ -14,15 +14,17 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def wait_for(cond, proc: subprocess.Popen, timeout: float = 60.0):
-    """Poll ``cond()`` until it is truthy (its value is returned); fail if ``proc`` ends first."""
+def wait_for(cond, proc: subprocess.Popen | None, timeout: float = 60.0):
+    """Poll ``cond()`` until it is truthy (its value is returned); fail if ``proc`` (a writer
+    process, or None for a thread of this one) ends first or the time runs out."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         value = cond()
         if value:
             return value
-        if proc.poll() is not None:
+        if proc is not None and proc.poll() is not None:
             pytest.fail(f"the writer ended (rc {proc.returncode}) before reaching the awaited state")
         time.sleep(0.02)
-    proc.kill()
-    pytest.fail("timed out waiting for the writer")
+    if proc is not None:
+        proc.kill()
+    pytest.fail(f"timed out after {timeout:g} s waiting for the awaited state")

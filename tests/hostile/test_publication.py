@@ -48,13 +48,6 @@ def test_swaps_never_show_an_absent_or_mixed_folder(tmp_path):
                 problems.append(repr(exc))
             reads[0] += 1
 
-    def reader_caught_up(after: int) -> None:
-        """Under load the scheduler may keep the reader off the CPU for all 80 swaps (the
-        CI run on 2 cores saw only the last version): give it a read between swaps."""
-        deadline = time.monotonic() + 5
-        while reads[0] <= after and time.monotonic() < deadline:
-            time.sleep(0.0005)
-
     thread = threading.Thread(target=reader)
     thread.start()
     try:
@@ -63,7 +56,9 @@ def test_swaps_never_show_an_absent_or_mixed_folder(tmp_path):
             with staged_dir(final) as d:
                 (d / "a").write_text(str(i))
                 (d / "b").write_text(str(i))
-            reader_caught_up(before)
+            # under load the scheduler may keep the reader off the CPU for all 80 swaps (a CI
+            # run on 2 cores saw only the last version): give it a read between swaps
+            wait_for(lambda: reads[0] > before, None)
     finally:
         stop.set()
         thread.join()
