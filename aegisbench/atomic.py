@@ -126,7 +126,7 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
     fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -160,7 +160,7 @@ def replace_dir(staging: Path, final: Path, exchange: bool = True) -> None:
         trash = staging_path(final, f"trash-{pid}")
         os.rename(old, trash)
         _remove(trash)
-    _fsync_dir(final.parent)
+    fsync_dir(final.parent)
 
 
 def staging_path(final: str | Path, tag: str) -> Path:

@@ -39,6 +39,7 @@ COMMAND_MODULES = [
     "aegisbench.detectors.commands",
     "aegisbench.firespread.commands",
     "aegisbench.pipeline.commands",
+    "aegisbench.service.commands",
 ]
 #: ``aegisbench --help`` lists the commands in these groups, in pipeline order; a command
 #: in no group is listed under "other" (tests/test_cli.py fails on one).
@@ -50,6 +51,7 @@ COMMAND_GROUPS = {
     "evaluate": ("validate", "evaluate"),
     "publish": ("leaderboard", "publish"),
     "pipeline": ("run", "pull", "push"),
+    "host a leaderboard": ("team", "serve", "worker", "submit", "hosted-board"),
 }
 
 log = logging.getLogger("aegisbench")

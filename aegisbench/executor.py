@@ -160,8 +160,9 @@ def _probe(address: str) -> str:
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
             pass
-    except OSError as exc:
-        raise BadInput(f"cannot reach a Ray cluster at {target} ({exc.strerror or exc})",
+    except OSError as exc:  # named as given; Ray may have resolved 127.0.0.1 to this node's address
+        seen = f"{target}: " if target != address else ""
+        raise BadInput(f"cannot reach a Ray cluster at {address} ({seen}{exc.strerror or exc})",
                        where="--ray-address") from None
     return target
 

@@ -129,18 +129,28 @@ def _too_deep(where: str) -> BadInput:
 
 
 def _scan_yaml(text: str, where: str) -> None:
-    """Refuse a YAML document nested deeper than :data:`MAX_NESTING` or larger than
-    :data:`MAX_YAML_NODES` nodes with its aliases expanded (the parser is iterative)."""
-    stack: list[list] = []  # open collections: [anchor, nodes, depth below]
+    """Refuse a YAML document nested deeper than :data:`MAX_NESTING`, larger than
+    :data:`MAX_YAML_NODES` nodes with its aliases expanded, or with a key given twice in one
+    mapping (which ``safe_load`` would silently resolve to the last value); the parser is
+    iterative."""
+    stack: list[list] = []  # open collections: [anchor, nodes, depth below, keys seen (mappings) or None, key next]
     anchors: dict[str, tuple[int, int]] = {}  # anchor -> (nodes, depth)
     for ev in yaml.parse(text, Loader=yaml.SafeLoader):
+        if stack and stack[-1][3] is not None and isinstance(ev, (yaml.NodeEvent, yaml.CollectionStartEvent)):
+            top = stack[-1]
+            if top[4] and isinstance(ev, yaml.ScalarEvent):
+                if ev.value in top[3]:
+                    raise BadInput(f"line {ev.start_mark.line + 1}: key {ev.value[:80]!r} given twice in one mapping",
+                                   where=where)
+                top[3].add(ev.value)
+            top[4] = not top[4]
         if isinstance(ev, yaml.CollectionStartEvent):
-            stack.append([ev.anchor, 1, 1])
+            stack.append([ev.anchor, 1, 1, set() if isinstance(ev, yaml.MappingStartEvent) else None, True])
             if len(stack) > MAX_NESTING:
                 raise _too_deep(where)
             continue
         if isinstance(ev, yaml.CollectionEndEvent):
-            anchor, nodes, depth = stack.pop()
+            anchor, nodes, depth = stack.pop()[:3]
         elif isinstance(ev, yaml.AliasEvent):
             if ev.anchor not in anchors and any(open_[0] == ev.anchor for open_ in stack):
                 raise BadInput(f"alias *{ev.anchor} refers to a node that contains it (a recursive structure)",

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "tiling": ([], ["--width", "2000", "--height", "1500", "--repeat", "1"]),
     "evaluate": ([], ["--coco-images", "300", "--rounds", "3"]),
     "scale": (["--memory"], ["--images", "8", "--memory", "--memory-images", "8", "--memory-scales", "1,8"]),
+    "serve": ([], ["--uploads", "10", "--burst", "4"]),
 }
 
 

@@ -27,7 +27,7 @@ import pytest
 from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_graph, parents
 
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
-         "pipeline")
+         "pipeline", "service")
 _LEAVES = ("hashing", "errors", "isa", "atomic", "readers", "params", "vocab", "importgraph", "executor", "cluster",
            "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
@@ -57,6 +57,8 @@ LAYERS = {
     "aegisbench.leaderboard": "leaderboard",
     "aegisbench.firespread.report": "leaderboard",
     "aegisbench.pipeline": "pipeline",
+    # a hosted leaderboard: uploads through the evaluator's validator into the hosted board
+    "aegisbench.service": "service",
 }
 assert set(LAYERS.values()) <= set(ORDER)
 

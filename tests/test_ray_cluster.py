@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,39 +19,20 @@ import yaml
 
 ray = pytest.importorskip("ray")
 
-from ray.cluster_utils import Cluster  # noqa: E402
-
+from _raykit import STORE, ray_cluster  # noqa: E402
 from aegisbench.builders.manifest import verify_repo  # noqa: E402
 from aegisbench.cli import main  # noqa: E402
 from test_executor import reference_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-STORE = 100_000_000  # bytes of object store per node: nothing large goes through it
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """Head + second node, one CPU each, workers importing this checkout; torn down after."""
-    if ray.is_initialized():
-        ray.shutdown()
-    old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *([old] if old else [])])
-    temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a length limit
-    c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, object_store_memory=STORE,
-                                                          include_dashboard=False, temp_dir=temp))
-    try:
-        second = c.add_node(num_cpus=1, object_store_memory=STORE)
-        c.wait_for_nodes()
-        yield c, second
-    finally:
-        ray.shutdown()
-        c.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
-        if old is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old
+    with ray_cluster(extra_nodes=1) as (c, nodes):
+        yield c, nodes[0]
 
 
 @pytest.fixture(scope="module")

@@ -4,13 +4,19 @@ they come in (``validate`` / ``evaluate``) and again where they go out (the lead
 reads them back from ``results/<id>/provenance.json``, which anyone can edit).
 
 A URL is ``http`` or ``https`` with a host and no spaces (it becomes a link on the page: no
-``javascript:``); a date is ``YYYY-MM-DD``; parameters a positive integer; the texts one
-line each. Every field is optional; a malformed one is a problem naming the field.
+``javascript:``); a date is ``YYYY-MM-DD``; parameters a positive integer of at most
+:data:`MAX_PARAMETERS`; the texts one line each, with no control or bidirectional-override
+character (:func:`text_problem`, which the required fields of ``submission.yaml`` go through
+too). Every field is optional; a malformed one is a problem naming the field.
 
 >>> check_metadata({"paper": "https://arxiv.org/abs/2106.00001", "parameters": 2_600_000, "date": "2024-05-01"})
 ({'paper': 'https://arxiv.org/abs/2106.00001', 'parameters': 2600000, 'date': '2024-05-01'}, [])
 >>> check_metadata({"code": "javascript:alert(1)", "date": "2024-13-01"})[1]
 [('code', "must be an http(s) URL with a host, got 'javascript:alert(1)'"), ('date', "must be a date YYYY-MM-DD, got '2024-13-01'")]
+>>> text_problem("Team\u202eevil", 80)
+'holds a control or bidirectional-override character (U+202E): write plain text'
+>>> text_problem("x" * 81, 80)
+'is 81 characters long, more than the limit of 80'
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 import datetime as dt
 import re
 from urllib.parse import urlsplit
+
+from aegisbench.vocab import REQUIRED_FIELDS
 
 #: field -> what it holds (the order is the page's column order)
 METADATA_FIELDS = {
@@ -31,7 +39,26 @@ METADATA_FIELDS = {
 URL_FIELDS = ("paper", "code")
 MAX_TEXT = 300
 MAX_URL = 500
+#: the most trainable parameters a model may declare (ten trillion)
+MAX_PARAMETERS = 10**13
+#: longest value of a required field of submission.yaml (characters); ``description`` may hold line breaks
+MAX_FIELD_CHARS = 200
+FIELD_CHARS = {"description": 2000, "dataset_version": 40, "dataset_digest": 64}
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+#: C0/C1 controls, line and paragraph separators, bidirectional marks, embeddings, overrides and isolates
+_UNSAFE_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def text_problem(value: str, max_chars: int, multiline: bool = False) -> str | None:
+    """Why ``value`` is not acceptable submitter text (None: it is): longer than ``max_chars``,
+    or holding a control or bidirectional-override character (newlines and tabs are allowed
+    in ``multiline`` text)."""
+    if len(value) > max_chars:
+        return f"is {len(value)} characters long, more than the limit of {max_chars}"
+    for c in _UNSAFE_TEXT.findall(value):
+        if not (multiline and c in "\n\t"):
+            return f"holds a control or bidirectional-override character (U+{ord(c):04X}): write plain text"
+    return None
 
 
 def check_url(value) -> str | None:
@@ -58,6 +85,30 @@ def check_date(value) -> str | None:
         return None
 
 
+def check_required(raw: dict) -> tuple[dict[str, str], list[tuple[str, str]]]:
+    """The required fields of ``submission.yaml`` (:data:`~aegisbench.vocab.REQUIRED_FIELDS`) as
+    text: ``(acceptable values, [(field, problem), ...])``.
+
+    >>> check_required({"name": "x" * 201})[1][0]
+    ('name', 'is 201 characters long, more than the limit of 200')
+    """
+    vals, problems = {}, []
+    for key in REQUIRED_FIELDS:
+        v = raw.get(key)
+        if v is None or (isinstance(v, str) and not v.strip()):
+            problems.append((key, "missing or empty"))
+        elif not isinstance(v, (str, int, float)) or isinstance(v, bool) or (isinstance(v, int) and abs(v) > 10**40):
+            problems.append((key, f"must be a string, got {type(v).__name__}"))
+        else:
+            text = str(v).strip()
+            why = text_problem(text, FIELD_CHARS.get(key, MAX_FIELD_CHARS), multiline=key == "description")
+            if why:
+                problems.append((key, why))
+            else:
+                vals[key] = text
+    return vals, problems
+
+
 def check_metadata(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
     """The metadata fields of ``raw`` (a submission.yaml or provenance mapping), checked:
     ``(clean values, [(field, problem), ...])``; absent or null fields are left out."""
@@ -73,17 +124,25 @@ def check_metadata(raw: dict) -> tuple[dict, list[tuple[str, str]]]:
             good = check_date(v)
             why = f"must be a date YYYY-MM-DD, got {str(v)[:40]!r}"
         elif key == "parameters":
-            good = v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-            why = f"must be a positive integer, got {str(v)[:40]!r}"
+            good = v if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= MAX_PARAMETERS else None
+            why = f"must be a positive integer of at most {MAX_PARAMETERS:.0e}, got {_short(v)}"
         else:
-            ok = isinstance(v, str) and v.strip() and "\n" not in v and len(v) <= MAX_TEXT
+            ok = isinstance(v, str) and v.strip() and text_problem(v.strip(), MAX_TEXT) is None
             good = v.strip() if ok else None
-            why = f"must be one line of at most {MAX_TEXT} characters"
+            why = (f"must be one line of at most {MAX_TEXT} characters" if not isinstance(v, str) or not v.strip()
+                   else text_problem(v.strip(), MAX_TEXT))
         if good is None:
             problems.append((key, why))
         else:
             out[key] = good
     return out, problems
+
+
+def _short(v) -> str:
+    """A value for a message: at most 40 characters (an integer of 400 digits is summarised)."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 10**30:
+        return f"an integer of about {int(abs(v).bit_length() * 0.30103) + 1} digits"
+    return repr(str(v)[:40])
 
 
 def check_weights_sha256(value) -> str | None:

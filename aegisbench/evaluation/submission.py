@@ -16,7 +16,9 @@ model's own class names) is refused. Optionally ``warp_patch.parquet`` (smoke tr
 Every ``(config, split)`` of the track must have predictions, including the clean
 ``<source>_val`` splits; a model that found nothing in a split says so with
 ``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
-Optional model metadata (``paper``, ``code``, ``architecture``, ``parameters``,
+The required fields are text of at most 200 characters (``description`` 2,000, and the only
+one that may span lines) with no control or bidirectional-override character: they reach the
+page, the Markdown and the logs. Optional model metadata (``paper``, ``code``, ``architecture``, ``parameters``,
 ``training_data``, ``date``; :mod:`aegisbench.evaluation.metadata`) is checked here and
 carried into the provenance: a malformed URL or date is a problem like any other.
 Nothing is ever unpickled: YAML is read with ``safe_load``, Parquet with pyarrow
@@ -43,7 +45,7 @@ from aegisbench.fields import Range, check_fields
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.formats import (YOLO_FIELDS, check_labels, parse_coco, parse_parquet, parse_yolo_file,
                                            read_coco_table)
-from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_weights_sha256
+from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_required, check_weights_sha256
 from aegisbench.evaluation.intake import submission_files, submission_id, threshold_key_paths
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
@@ -143,15 +145,9 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
         problems.add(where, None, key, "thresholds cannot be set by a submission: the evaluator freezes one "
                      "threshold per source on the clean _val predictions (maximum F1) and applies it to every "
                      "condition; remove this field")
-    vals = {}
-    for key in REQUIRED_FIELDS:
-        v = raw.get(key)
-        if v is None or (isinstance(v, str) and not v.strip()):
-            problems.add(where, None, key, "missing or empty")
-        elif not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            problems.add(where, None, key, f"must be a string, got {type(v).__name__}")
-        else:
-            vals[key] = str(v).strip()
+    vals, bad = check_required(raw)
+    for key, why in bad:
+        problems.add(where, None, key, why)
     track = vals.get("track")
     if track is not None and track not in TRACKS:
         problems.add(where, None, "track", f"unknown track {shown(track)} (expected one of {list(TRACKS)})")

@@ -15,6 +15,7 @@ the results schema and writer) is shared and lives in
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,6 +52,7 @@ class Track:
 
 _REGISTRY: dict[str, Track] = {}
 _loaded = False
+_loading = threading.Lock()
 
 
 def register_track(track: Track) -> Track:
@@ -65,12 +67,16 @@ def register_track(track: Track) -> Track:
 
 def _load() -> None:
     """Import the modules that register the tracks (plain imports, so the import graph
-    and the DVC dependencies derived from it see them)."""
+    and the DVC dependencies derived from it see them). Thread-safe: a second caller waits
+    until every track is registered (the submission server validates uploads on threads)."""
     global _loaded
-    if not _loaded:
-        _loaded = True
-        from aegisbench.evaluation import detection  # noqa: F401  (registers sar, smoke)
-        from aegisbench.firespread import track  # noqa: F401  (registers firespread)
+    if _loaded:
+        return
+    with _loading:
+        if not _loaded:
+            from aegisbench.evaluation import detection  # noqa: F401  (registers sar, smoke)
+            from aegisbench.firespread import track  # noqa: F401  (registers firespread)
+            _loaded = True
 
 
 def tracks() -> list[Track]:

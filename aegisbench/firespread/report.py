@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import io
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,11 +136,12 @@ def fig3_png(sd_zt: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def strata_table(results: str | Path, submissions) -> pl.DataFrame:
-    """The pooled ``Var[Z_t]``-stratified rows of the given fire-spread results."""
+def strata_table(results: str | Path | Mapping[str, Path], submissions) -> pl.DataFrame:
+    """The pooled ``Var[Z_t]``-stratified rows of the given fire-spread results (``results``:
+    the folder holding ``<submission>/``, or each submission's own results folder by name)."""
     frames = []
     for sub in sorted(submissions):
-        path = Path(results) / sub / STRATA_FILE
+        path = (Path(results[sub]) if isinstance(results, Mapping) else Path(results) / sub) / STRATA_FILE
         if not path.is_file():
             raise BadInput(f"no {STRATA_FILE}: re-run `aegisbench evaluate` on this submission", where=str(path))
         try:
@@ -163,7 +165,8 @@ def strata_table(results: str | Path, submissions) -> pl.DataFrame:
             .sort("submission", "_s", "_m").drop("_s", "_m"))
 
 
-def build_report(dataset: str | Path, results: str | Path, submissions, manifest: dict | None = None
+def build_report(dataset: str | Path, results: str | Path | Mapping[str, Path], submissions,
+                 manifest: dict | None = None
                  ) -> FirespreadReport:
     sd = sd_zt_table(dataset, manifest)
     return FirespreadReport(sd_zt=sd, strata=strata_table(results, submissions), figure=fig3_png(sd))

@@ -84,10 +84,10 @@ def write_board(board: Board, out: Path, firespread=None, preview: str | Path | 
     return files
 
 
-def _firespread_report(board: Board, results: str | Path, dataset: str | Path):
-    """The fire-spread report of the merged fire-spread results that carry pooled strata,
-    when the dataset holds the statistic (None otherwise); the dataset repo it reads must
-    pass verify."""
+def _firespread_report(board: Board, results: dict[str, Path], dataset: str | Path):
+    """The fire-spread report of the merged fire-spread results that carry pooled strata
+    (``results``: each merged submission's folder), when the dataset holds the statistic
+    (None otherwise); the dataset repo it reads must pass verify."""
     from aegisbench.builders.manifest import MANIFEST, require_verified
     from aegisbench.firespread.report import STRATA_FILE, build_report
     from aegisbench.firespread.truth import STATISTIC_CONFIG
@@ -99,10 +99,10 @@ def _firespread_report(board: Board, results: str | Path, dataset: str | Path):
         log.warning("fire-spread results but no %s in %s: no fire-spread report", STATISTIC_CONFIG, dataset)
         return None
     manifest = require_verified(dataset)  # the statistic is read from the shards: verified first
-    with_strata = [s for s in subs if (Path(results) / s / STRATA_FILE).is_file()]
+    with_strata = [s for s in subs if (results[s] / STRATA_FILE).is_file()]
     for s in sorted(set(subs) - set(with_strata)):
         log.warning("%s: no %s (evaluated before pooled strata existed): not in the F2R-vs-F2S table", s, STRATA_FILE)
-    return build_report(dataset, results, with_strata, manifest=manifest)
+    return build_report(dataset, {s: results[s] for s in with_strata}, with_strata, manifest=manifest)
 
 
 def _references(references) -> tuple[str, ...]:
@@ -115,11 +115,14 @@ def _references(references) -> tuple[str, ...]:
     return tuple(refs)
 
 
-def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
+def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str | Path,
                       evaluator_version: str | None = None, references=(),
                       metrics: str | Path | None = None, plots: str | Path | None = None,
-                      preview: str | Path | None = None) -> BuildReport:
+                      preview: str | Path | None = None, extra_results=()) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
+
+    ``extra_results``: results folders merged beside those under ``results`` (None: only
+    these; a hosted leaderboard names its folders one by one, :mod:`aegisbench.service.board`).
 
     ``references``: submission ids of the reference detector(s), listed first and marked;
     ids not among the merged results are logged and reported (not an error).
@@ -134,18 +137,19 @@ def build_leaderboard(results: str | Path, dataset: str | Path, out: str | Path,
         for path in (out, metrics, plots):
             if path is not None:
                 clean_leftovers(path)
-        return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview)
+        return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results)
 
 
-def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None) -> BuildReport:
+def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None,
+           extra_results=()) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
-    entries, skipped = collect_results(results, expect)
+    entries, skipped = collect_results(results, expect, extra_results)
     board = build_board(entries, skipped, expect, references=refs, test_images=test_images(dataset))
     missing = tuple(r for r in refs if r not in board.references)
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
-    firespread = _firespread_report(board, results, dataset)
+    firespread = _firespread_report(board, {e.folder: e.path for e in entries}, dataset)
     with staged_dir(out) as staging:
         files = write_board(board, staging, firespread, preview)
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))

@@ -204,10 +204,12 @@ def _inside(path: Path, other: Path) -> bool:
     return path == other or other in path.parents
 
 
-def check_export_paths(*, results: str | Path, dataset: str | Path, out: str | Path,
+def check_export_paths(*, results: str | Path | None, dataset: str | Path, out: str | Path,
                        metrics: str | Path | None, plots: str | Path | None) -> None:
-    """Refuse ``--metrics`` / ``--plots`` paths that would clobber inputs or each other (BadInput)."""
-    res, data, lb = (Path(p).resolve() for p in (results, dataset, out))
+    """Refuse ``--metrics`` / ``--plots`` paths that would clobber inputs or each other (BadInput);
+    ``results`` None: results folders are named one by one (none to protect as a whole)."""
+    data, lb = (Path(p).resolve() for p in (dataset, out))
+    res = Path(results).resolve() if results is not None else data
     if metrics is not None:
         m = Path(metrics).resolve()
         if Path(metrics).suffix.lower() != ".json":

@@ -101,12 +101,15 @@ def _section(board: Board, section: Section) -> list[str]:
         clean = _cell_text(section, m.submission, CLEAN, main) if main else "—"
         floor = (f"{fmt_value(main, fl['floor'])} {fmt_interval(main, fl['lo'], fl['hi'])} at "
                  + ", ".join(md_code(a) for a in fl["at"])) if fl else "—"
+        prov = board.provenance[m.submission]
         rows.append([_name(m), md_escape(m.team), md_code(m.submission),
+                     f"{md_code(prov['dataset_digest'][:12])} · {md_escape(prov['evaluator_version'])}",
                      _thr(m.threshold), clean, floor])
     order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
              else "alphabetical")
     out += [f"Models ({order}; there is no overall rank). Clean and floor are {_label(main, section.track)}.", ""]
-    out += _table(["model", "team", "submission", "frozen threshold", f"clean {_label(main, section.track)}",
+    out += _table(["model", "team", "submission", "scored with (dataset, evaluator)", "frozen threshold",
+                   f"clean {_label(main, section.track)}",
                    f"floor: worst {_label(main, section.track)} (where)"], rows)
     out.append("")
     heads = ["condition", "family", "sev."] + [

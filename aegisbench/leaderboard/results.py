@@ -23,7 +23,7 @@ import os
 import re
 import stat
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +84,7 @@ class ResultEntry:
     provenance: Mapping
     metrics: pl.DataFrame
     attachments: Mapping = field(default_factory=dict)  # file name -> bytes, shown on the model page
+    path: Path | None = field(default=None, compare=False)  # the folder it was read from
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ def read_entry(folder: str | Path) -> ResultEntry:
             raise BadInput(f"column {col!r} has {other[0]!r}, provenance says {prov[col]!r}",
                            where=str(mpath))
     attachments = {name: files[name] for name in ATTACHMENTS if files[name] is not None}
-    return ResultEntry(folder=folder.name, provenance=prov, metrics=df, attachments=attachments)
+    return ResultEntry(folder=folder.name, provenance=prov, metrics=df, attachments=attachments, path=folder)
 
 
 def staleness(entry: ResultEntry, expect: Expectation) -> str | None:
@@ -306,15 +307,30 @@ def result_folders(root: Path) -> list[Path]:
     return folders
 
 
-def collect_results(results_dir: str | Path, expect: Expectation
+def collect_results(results_dir: str | Path | None, expect: Expectation, extra: Sequence[str | Path] = ()
                     ) -> tuple[list[ResultEntry], list[Skipped]]:
-    """Every current, well-formed results folder, plus the ones skipped (sorted by name);
-    an unreadable or missing one raises :class:`UnreadableResult` (never left out)."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise BadInput("results folder not found", where=str(root))
-    entries, skipped = [], []
-    for folder in result_folders(root):
+    """Every current, well-formed results folder under ``results_dir`` (None: none), and the
+    ``extra`` results folders named one by one (a hosted leaderboard's), plus the ones skipped
+    (sorted by name; a name merged twice is skipped the second time); an unreadable or missing
+    one raises :class:`UnreadableResult` (never left out)."""
+    folders = []
+    if results_dir is not None:
+        root = Path(results_dir)
+        if not root.is_dir():
+            raise BadInput("results folder not found", where=str(root))
+        folders = [(p.name, 0, p) for p in result_folders(root)]
+    for path in map(Path, extra):
+        if not path.is_dir():
+            raise UnreadableResult("results folder not found", where=str(path))
+        folders.append((path.name, 1, path))
+    entries, skipped, seen = [], [], set()
+    for _, _, folder in sorted(folders):
+        if folder.name in seen:
+            skipped.append(Skipped(folder.name, "malformed", f"a results folder named {folder.name!r} is merged "
+                                                             f"already; the one in {folder.parent.name}/ is left out"))
+            log.warning("skipping %s: a results folder of that name is merged already", folder)
+            continue
+        seen.add(folder.name)
         try:
             entry = read_entry(folder)
         except UnreadableResult:

@@ -223,7 +223,10 @@ def models_view(board: Board) -> list[dict]:
     subs = sorted(board.provenance, key=lambda s: (s not in refs, board.provenance[s]["model"].casefold(), s))
     return [{"sub": s, "model": board.provenance[s]["model"], "team": board.provenance[s]["team"],
              "track": board.provenance[s]["track"], "page": f"models/{slug(s)}.html", "reference": s in refs,
-             "info": model_info(board, s)} for s in subs]
+             "info": model_info(board, s), "digest": board.provenance[s]["dataset_digest"],
+             "evaluator": board.provenance[s]["evaluator_version"],
+             "scored_with": f'{board.provenance[s]["dataset_digest"]} {board.provenance[s]["evaluator_version"]}'}
+            for s in subs]
 
 
 def collapses(section: Section) -> list[dict]:
