@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from _servicekit import (Server, Worker, add_team, api, files_of, gt_submission, make_project, upload, wait_final,
+from _servicekit import (Server, Worker, add_team, api, cli, files_of, gt_submission, make_project, upload, wait_final,
                          wait_for)
 
 
@@ -55,6 +55,15 @@ def test_concurrent_uploads_stop_exactly_at_the_limit(tmp_path, repo, index):
         assert db_rows(root, "SELECT count(*) FROM aegis_events WHERE kind = 'started'") == [(12,)]
         ledger = [json.loads(x) for x in (root / "hosted/store/ledger.jsonl").read_text().splitlines()]
         assert sorted(e["submission"] for e in ledger if e["event"] == "scored") == accepted
+        # every revision rebuilds: the last as published, byte for byte; one published with a later one, from its
+        # own inputs (its board was never shown alone)
+        last = cli("hosted-board", "--project", str(root), "--revision", str(len(ledger)), "--out", str(tmp_path / "b"))
+        assert "identical to the board published then" in last.stdout
+        batched = [e["revision"] for e in ledger if e["board_sha256"] is None]
+        if batched:
+            done = cli("hosted-board", "--project", str(root), "--revision", str(batched[0]), "--out",
+                       str(tmp_path / "b0"))
+            assert "published together with a later revision" in done.stdout
     finally:
         server.stop()
 

@@ -41,6 +41,7 @@ def health(request: Request):
 @router.get("/api/v1/limits", tags=["submissions"])
 def limits(request: Request):
     """The rules a client should check before uploading."""
+    reader(request)
     host = host_of(request)
     r = host.rules
     return {"max_upload_bytes": r.max_upload_bytes, "max_files": r.max_files, "max_zip_members": r.max_zip_members,

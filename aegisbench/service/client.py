@@ -159,7 +159,11 @@ def submit(folder: str | Path, server: str, *, wait: bool = False, timeout: floa
         limits = _first_contact(http, server, err)
         if limits is None:
             return 1
-        if limits.status_code == 200 and total > limits.json().get("max_upload_bytes", total):
+        if limits.status_code >= 400:  # a wrong token is refused before anything is uploaded
+            for line in _refusal(limits):
+                print(line, file=err)
+            return 2 if limits.status_code < 500 else 1
+        if total > limits.json().get("max_upload_bytes", total):
             print(f"aegisbench submit: error: {folder}: {total} bytes, larger than the server's limit of "
                   f"{limits.json()['max_upload_bytes']}", file=err)
             return 2

@@ -23,7 +23,6 @@ from fastapi import HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-import aegisbench
 from aegisbench.errors import printable
 from aegisbench.service.intake import Host, Refusal, accept_upload, precheck
 from aegisbench.service.teams import Team, authenticate
@@ -31,7 +30,7 @@ from aegisbench.service.uploads import Part
 
 COOKIE = "aegis_token"
 UPLOAD_PATHS = ("/api/v1/submissions", "/team/submissions")
-TEMPLATES = Path(aegisbench.__file__).parent / "templates"
+TEMPLATES = Path(__file__).parent / "templates"  # the server's own pages (the leaderboard's are the package's)
 NO_TOKEN = "missing, wrong or revoked token: send `Authorization: Bearer <team token>`"
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                           undefined=jinja2.StrictUndefined)
