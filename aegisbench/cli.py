@@ -48,7 +48,7 @@ COMMAND_GROUPS = {
     "conditions": ("calibrate", "preview"),
     "detect": ("train-reference", "detect", "warp-detect"),
     "firespread": ("firespread-baselines", "firespread-simulate", "firespread-report", "firespread-ndws"),
-    "evaluate": ("validate", "evaluate"),
+    "evaluate": ("validate", "evaluate", "import-published"),
     "publish": ("leaderboard", "publish"),
     "pipeline": ("run", "pull", "push"),
     "host a leaderboard": ("team", "serve", "worker", "submit", "hosted-board"),

@@ -61,6 +61,7 @@ class BuildParams:
     warp_noise_levels: tuple[float, ...] = ()  # WARP global-noise levels a (smoke track)
     geometry: str = "frame"
     severity_table: str | None = None  # fitted table written by `aegisbench calibrate --fit`
+    withhold_labels: tuple[str, ...] = ()  # splits built without boxes (their labels go to paths.private_labels)
 
     def __post_init__(self) -> None:
         where = "params.yaml: build"
@@ -76,6 +77,7 @@ class Params:
     build: BuildParams = BuildParams()
     sources_dir: str = "data/sources"
     dataset_dir: str = "data/aegisbench"
+    private_labels_dir: str | None = None  # the private label repo of withheld splits (paths.private_labels)
     firespread: "FirespreadParams | None" = None  # the fire-spread track's ensembles (None: not built)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -101,7 +103,7 @@ class Params:
                 raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")
             sources.append(SourceParams(name=name, **spec))
         b = dict(raw.get("build") or {})
-        for key in ("conditions", "compound", "warp_noise_levels"):
+        for key in ("conditions", "compound", "warp_noise_levels", "withhold_labels"):
             b[key] = tuple(b.get(key) or ())
         try:
             build = BuildParams(**b)
@@ -117,7 +119,8 @@ class Params:
             firespread = FirespreadParams.from_dict({k: v for k, v in fs.items() if k != "enabled"})
         return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
                    build=build, sources_dir=paths.get("sources", "data/sources"),
-                   dataset_dir=paths.get("dataset", "data/aegisbench"), firespread=firespread, raw=raw)
+                   dataset_dir=paths.get("dataset", "data/aegisbench"), private_labels_dir=paths.get("private_labels"),
+                   firespread=firespread, raw=raw)
 
     @classmethod
     def load(cls, path: str | Path = "params.yaml") -> "Params":

@@ -24,6 +24,8 @@ from aegisbench.evaluation.dataset import DatasetIndex
 
 # verification records of the test run go to a scratch folder, not the user's ~/.cache
 os.environ.setdefault("AEGISBENCH_CACHE", tempfile.mkdtemp(prefix="aegisbench-cache-"))
+# the tests' private configuration (attestation key and records) is theirs, never the checkout's private/
+os.environ["AEGISBENCH_PRIVATE"] = tempfile.mkdtemp(prefix="aegisbench-private-")
 
 
 @pytest.fixture(scope="session")

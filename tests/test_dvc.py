@@ -149,7 +149,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert not (clone / "data/aegisbench").exists()
     pulled = _run([str(Path(sys.executable).parent / "aegisbench"), "pull"], clone, env)  # dvc pull + verify
     built = load_manifest(repo / "data/aegisbench")
-    assert f"data/aegisbench: OK ({len(built['files'])} files, digest {built['dataset_digest']})" in pulled
+    assert f"data/aegisbench: OK ({len(built['files'])} files, digest {built['dataset_digest']}: " in pulled
     assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
     status = _run([*dvc, "status"], clone, env)
     assert "up to date" in status.lower(), status

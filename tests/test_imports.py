@@ -29,6 +29,7 @@ from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_grap
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
          "pipeline", "service")
 _LEAVES = ("hashing", "errors", "isa", "atomic", "readers", "params", "vocab", "importgraph", "executor", "cluster",
+           "private", "attestation", "releases",
            "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
            "firespread.params", "firespread.streams", "firespread.ensemble",

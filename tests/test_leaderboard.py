@@ -259,13 +259,13 @@ def test_markdown_marks_collapse_threshold_and_intervals(hand_results, tmp_path)
     cells = [c.strip() for c in line.strip("|").split("|")]
     assert cells[3:] == ["**0.000** [0.000, 0.000] ⛔", "**0.000** [0.000, 0.000] ⛔", "0.050 [0.010, 0.090]"]
     assert "0.800 [0.750, 0.850]" in md  # clean Alpha with its interval
-    assert "1. {Alpha, Bravo} > 3. Charlie" in md  # tied group on clean recall
+    assert "1. {Alpha (self-reported), Bravo (self-reported)} > 3. Charlie (self-reported)" in md  # tied group
     assert "floor: worst Recall (where)" in md and "0.000 [0.000, 0.000] at `motion_blur_s3`, `low_light_s3`" in md
     assert "flood s1 (2)" in md and "0.720 (0.700–0.740)" in md
     # each derived view is introduced by its heading, which says what it aggregates
     fam = md.index("### Per-family summary of Recall (beside, not instead of, the cells above)")
     assert fam < md.index("flood s1 (2)")
-    assert md.index("### Order within each condition (Recall)") < md.index("1. {Alpha, Bravo} > 3. Charlie")
+    assert md.index("### Order within each condition (Recall)") < md.index("1. {Alpha (self-reported), Bravo")
 
 
 def test_escaping_of_submitter_text(tmp_path):

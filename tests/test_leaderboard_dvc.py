@@ -71,7 +71,7 @@ def test_reference_rows_come_first_and_are_marked(hand_results, tmp_path, caplog
     models = md[md.index("| model | team |"):].splitlines()
     assert models[2].startswith(f"| {name} † | team a | `c` |") and models[3].startswith("| Alpha |")
     assert f"| condition | family | sev. | {name} † (τ 0.400) | Alpha (τ 0.250) | Bravo (τ 0.400) |" in md
-    assert f"1. {{Alpha, Bravo}} > 3. {name} †" in md  # order within a condition stays by value, marked
+    assert f"1. {{Alpha (self-reported), Bravo (self-reported)}} > 3. {name} † (self-reported)" in md  # by value
     family_row = next(ln for ln in md.splitlines() if ln.startswith(f"| {name} † | 0.510"))
     assert family_row
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from _evalkit import gt_table, write_submission
+from aegisbench.attestation import attest_files
 from aegisbench.cli import main
 from aegisbench.corruptions.preview import preview_grid
 from aegisbench.corruptions.registry import names
@@ -109,16 +110,21 @@ def board(tmp_path_factory):
     results = paper_like_results(tmp / "results")
     for sub, extra in (("yolo11", {"metadata": META, "weights_sha256": WEIGHTS}),
                        ("rtdetr", {"metadata": {"date": "2023-04-17", "parameters": 32_000_000,
-                                                "paper": "javascript:alert(1)"}})):
+                                                "paper": "javascript:alert(1)"}, "weights_sha256": WEIGHTS})):
         prov = json.loads((results / sub / "provenance.json").read_text())
         (results / sub / "provenance.json").write_text(json.dumps({**prov, **extra}))
+    private = tmp / "project"  # this project ran yolo11 itself (attested); rtdetr's record names other weights
+    attest_files("yolo11", {"predictions.parquet": "0" * 64}, dataset_digest=DIGEST, weights_sha256=WEIGHTS,
+                 by="test", root=private)
+    attest_files("rtdetr", {"predictions.parquet": "0" * 64}, dataset_digest=DIGEST, weights_sha256="cd" * 32,
+                 by="test", root=private)
     preview = tmp / "preview"
     rng = np.random.default_rng(7)
     frame = (rng.random((48, 64, 3)) * 200 + 20).astype(np.uint8)
     preview_grid(frame, preview / "sard_grid.png", cell=40)
     out = tmp / "leaderboard"
     build_leaderboard(results, tiny_manifest(tmp / "data", 3), out, evaluator_version=EV,
-                      references=["yolo11", "rtdetr"], preview=preview)
+                      references=["yolo11", "rtdetr"], preview=preview, private=private)
     return tmp, out / "site"
 
 
@@ -175,9 +181,9 @@ def test_model_metadata_and_status(board):
     table = page[page.index('id="models-table"'):]
     rows = dict(re.findall(r'<tr[^>]*data-submission="([^"]+)">(.*?)</tr>', table[:table.index("</table>")], re.S))
     assert set(rows) == {"frcnn", "rtdetr", "yolo11", "yolo11_aug", "ca_ensemble", "unet"}
-    assert 'class="status verified"' in rows["yolo11"]  # a reference with its weights hash
-    assert 'class="status self-reported"' in rows["rtdetr"]  # a reference without one is not verified
-    assert 'class="status self-reported"' in rows["frcnn"]
+    assert 'class="status verified"' in rows["yolo11"]  # this project's attestation matches its results
+    assert 'class="status self-reported"' in rows["rtdetr"] and "names other weights" in rows["rtdetr"]
+    assert 'class="status self-reported"' in rows["frcnn"] and "why" not in rows["frcnn"]  # no attestation at all
     for value in ("YOLO11m", "20.10 M", "COCO 2017 + SARD train", "2024-10-01", f'href="{META["paper"]}"',
                   f'href="{META["code"]}"'):
         assert value in rows["yolo11"], value

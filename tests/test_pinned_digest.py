@@ -1,7 +1,8 @@
 """The embedded default build is pinned: any change to any pixel, box or id fails here.
 
 If this fails because bytes changed on purpose, bump ``benchmark_version`` in params.yaml
-and add the new digest below (old versions stay listed: their data is immutable). The digest
+and add the new digest to ``aegisbench/releases.py`` (old versions stay listed: their data is
+immutable). The digest
 is defined by the manifest format: format 1 hashed the shards' content hashes in order, format 2
 (layout-free) each split's rows, so the same 0.5.0 data has one digest per format.
 """
@@ -17,6 +18,7 @@ from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
 from aegisbench.builders.manifest import verify_repo
 from aegisbench.params import Params
+from aegisbench.releases import RELEASED
 
 ROOT = Path(__file__).resolve().parents[1]
 FORMAT_1_DIGESTS = {  # the shard-order digest (manifest format 1), kept as history
@@ -26,9 +28,7 @@ FORMAT_1_DIGESTS = {  # the shard-order digest (manifest format 1), kept as hist
     "0.4.0": "bad4cbafdfbbc984af77539313aa78c2bee3b69d5f7a3c05aabba5651a12040b",  # reference low light, haze dust, WARP cloud
     "0.5.0": "083a4edfa1e53acbf065ade7eb50f34151e87a777a1217277ec728deb4665fb4",  # ignore regions, meta, modality
 }
-PINNED_DIGESTS = {  # manifest format 2: every split's rows, whatever the shard layout
-    "0.5.0": "5f089529f8271fd3e9504080b60d5bbfc4a560441c4c3d32953363c89fba0867",  # the 0.5.0 data above
-}
+PINNED_DIGESTS = RELEASED  # manifest format 2 (every split's rows, whatever the shard layout): the package's releases
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.importgraph import closure_files
 from aegisbench.params import Params
 from aegisbench.builders.card import arrow_sizes, render_card
+from aegisbench.builders.withhold import check_withhold, strip_labels, write_label_repo
 from aegisbench.builders.conditions import ConfigSpec, config_specs, not_physical
 from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
                                             firespread_metas, firespread_tasks)
@@ -114,10 +115,13 @@ def _run_task(args) -> ShardEntry:
 
 
 def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,
-               workers: int | None = None, progress: bool = True, executor: Executor | None = None) -> dict:
+               workers: int | None = None, progress: bool = True, executor: Executor | None = None,
+               private_out: str | Path | None = None) -> dict:
     """Build the dataset repo and return its manifest. Shards run on ``executor``
     (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
-    depend on which executor or how many workers ran them."""
+    depend on which executor or how many workers ran them. The splits of
+    ``build.withhold_labels`` are published without boxes, their labels written to the private
+    label repo ``private_out`` (default ``paths.private_labels``; :mod:`~aegisbench.builders.withhold`)."""
     isa.require("the dataset repo")
     out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
     with output_lock(out):  # one build of ``out`` at a time; what killed builds left goes first
@@ -125,6 +129,8 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         sources_dir = Path(sources_dir or params.sources_dir).absolute()
         specs = config_specs(params)
         tasks = plan_tasks(params, sources_dir, specs)
+        withheld = check_withhold(params.build.withhold_labels, {t.split for t in tasks if isinstance(t, ShardTask)},
+                                  private_out or params.private_labels_dir, out)
         src_hash = builder_source_hash()
         staging = staging_dir(out, params, tasks, src_hash)
         for stale in out.parent.glob(f".{out.name}.staging-*"):
@@ -143,15 +149,13 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
             bar.update()
         bar.close()
         drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
-        metas = {s.name: s.meta for s in specs}
-        descriptions = {s.name: s.description for s in by_name.values()}
-        sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
-                    "citation": s.citation, "description": s.description} for s in params.sources]
-        if params.firespread is not None:
-            metas.update(firespread_metas(params.firespread))
-            descriptions.update(config_descriptions(params.firespread))
-            sources.append(FIRESPREAD_SOURCE)
-        manifest = assemble_manifest(params, tasks, entries, src_hash, metas, not_physical(params, specs))
+        metas, descriptions, sources = _card_inputs(params, specs, by_name)
+        skipped = not_physical(params, specs)
+        full_digest, labels = None, {}
+        if withheld:  # the digest the repo would have with its labels, then the labels out of its shards
+            full_digest = assemble_manifest(params, tasks, entries, src_hash, metas, skipped)["dataset_digest"]
+            entries, labels = strip_labels(staging, tasks, entries, withheld)
+        manifest = assemble_manifest(params, tasks, entries, src_hash, metas, skipped, withheld)
         shutil.rmtree(staging / ".shards", ignore_errors=True)
         card = render_card(manifest, descriptions, sources, arrow_sizes(staging, manifest))
         atomic_write_text(staging / "README.md", card)
@@ -161,17 +165,36 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         report = verify_repo(staging, cache=True)  # records what it decoded: the first evaluate skips it
         if not report.ok:  # pragma: no cover - would be a bug in the writer
             raise RuntimeError("freshly built repo fails verify: " + "; ".join(report.lines()))
+        if withheld:  # the labels are safe before the public repo (without them) is published
+            write_label_repo(private_out or params.private_labels_dir, labels, params.benchmark_version,
+                             manifest["dataset_digest"], full_digest)
         replace_dir(staging, out)
-        log.info("built %s: %d configs, %d shards, digest %s", out, len(manifest["configs"]),
-                 len(tasks), manifest["dataset_digest"])
+        log.info("built %s: %d configs, %d shards, digest %s%s", out, len(manifest["configs"]),
+                 len(tasks), manifest["dataset_digest"],
+                 f"; labels of {', '.join(withheld)} withheld in {private_out or params.private_labels_dir}"
+                 if withheld else "")
         return manifest
 
 
-def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
-                      src_hash: str, metas: dict[str, dict], skipped: dict[str, dict] | None = None) -> dict:
+def _card_inputs(params: Params, specs: list[ConfigSpec], by_name: dict) -> tuple[dict, dict, list[dict]]:
+    """Config metas, config descriptions and the sources, as the manifest and the card record them."""
+    metas = {s.name: s.meta for s in specs}
+    descriptions = {s.name: s.description for s in by_name.values()}
+    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
+                "citation": s.citation, "description": s.description} for s in params.sources]
+    if params.firespread is not None:
+        metas.update(firespread_metas(params.firespread))
+        descriptions.update(config_descriptions(params.firespread))
+        sources.append(FIRESPREAD_SOURCE)
+    return metas, descriptions, sources
+
+
+def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry], src_hash: str, metas: dict[str, dict],
+                      skipped: dict[str, dict] | None = None, withheld: tuple[str, ...] = ()) -> dict:
     """The manifest; ``skipped`` (:func:`~aegisbench.builders.conditions.not_physical`) is
     recorded per config as ``not_physical: {source: modality}`` (a config every source
-    skips is kept with no splits, so its meta stays known)."""
+    skips is kept with no splits, so its meta stays known); ``withheld``: the splits whose
+    labels are withheld (``withheld_labels``)."""
     configs: dict = {}
     files: dict = {}
     row_hashes: dict[tuple[str, str], list[str]] = {}
@@ -201,4 +224,5 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry],
                        if params.firespread is not None else {})},
         "configs": configs,
         "files": files,
+        **({"withheld_labels": list(withheld)} if withheld else {}),
     }

@@ -23,6 +23,7 @@ import re
 
 import yaml
 
+from aegisbench.builders.card_text import card_citations, card_text, license_link
 from aegisbench.hashing import canonical_json
 from aegisbench.builders.hfrepo import FEATURES
 from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
@@ -61,16 +62,6 @@ def card_features(config: str):
     return out
 
 
-#: SPDX id -> the licence text (a source with another licence links its own in params.yaml's description)
-LICENSE_LINKS = {
-    "mit": "https://opensource.org/license/mit", "apache-2.0": "https://www.apache.org/licenses/LICENSE-2.0",
-    "cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/",
-    "cc-by-sa-4.0": "https://creativecommons.org/licenses/by-sa/4.0/",
-    "cc-by-nc-4.0": "https://creativecommons.org/licenses/by-nc/4.0/",
-    "cc-by-nc-sa-4.0": "https://creativecommons.org/licenses/by-nc-sa/4.0/",
-    "cc0-1.0": "https://creativecommons.org/publicdomain/zero/1.0/", "gpl-3.0": "https://www.gnu.org/licenses/gpl-3.0",
-    "bsd-3-clause": "https://opensource.org/license/bsd-3-clause", "odbl": "https://opendatacommons.org/licenses/odbl/",
-}
 #: track -> the card's task id (what the configs of that track are for)
 TASK_IDS = {"sar": "person-detection", "smoke": "smoke-detection", "firespread": "wildfire-spread-forecasting"}
 #: upper bounds of the Hub's size categories (number of rows)
@@ -89,11 +80,6 @@ def size_category(rows: int) -> str:
 
 def _synthetic(source: dict) -> bool:
     return str(source.get("kind", "")).startswith(("synthetic", "firespread"))
-
-
-def license_link(license_id: str) -> str:
-    """The licence text of an SPDX id ('' when it is not one of :data:`LICENSE_LINKS`)."""
-    return LICENSE_LINKS.get(str(license_id).lower(), "")
 
 
 def arrow_num_bytes(paths, features) -> int:
@@ -191,18 +177,23 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
         rows = sum(s["rows"] for s in splits.values())
         lines.append(f"| `{name}` | {', '.join(f'`{s}`' for s in sorted(splits)) or 'none'} | {rows} | "
                      f"{descriptions.get(name, '')}{_skip_note(configs[name])} |")
+    withheld = manifest.get("withheld_labels") or []
     lines += ["", "Splits are named after the source dataset; `<source>_val` is clean validation "
               "(used once to freeze a detector's threshold), `<source>` is the test split.", "",
+              *([f"**Withheld labels**: {', '.join(f'`{s}`' for s in withheld)} carry images, ids and metadata but "
+                 "no boxes (`objects` and `ignore` are empty): their labels are held by the scoring side, and "
+                 "submissions are scored against them there.", ""] if withheld else []),
               *condition_notes(manifest), *source_condition_notes(manifest), *warp_notes(manifest),
               "## Sources", "", "| source | track | kind | modality | license | description |",
               "| --- | --- | --- | --- | --- | --- |"]
     for s in sources:
         link = license_link(s["license"])
-        lic = f"[{s['license']}]({link})" if link else s["license"]
+        lic = f"[{s['license']}]({link})" if link else card_text(s["license"], 100)
         lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {lic} "
-                     f"| {s['description']} |")
-    cites = [s["citation"].strip() for s in sources if s.get("citation")]
-    lines += ["", "## Citation", "", "```bibtex", CITATION % (version, digest), *cites, "```", "",
+                     f"| {card_text(s['description'])} |")
+    cites = card_citations(sources)
+    fence = "`" * max(3, 1 + max((len(m) for c in cites for m in re.findall(r"`+", c)), default=0))
+    lines += ["", "## Citation", "", f"{fence}bibtex", CITATION % (version, digest), *cites, fence, "",
               _inputs_block({c: descriptions.get(c, "") for c in sorted(configs)}, sources, sizes, hub), ""]
     return "\n".join(lines)
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from pathlib import Path
@@ -46,6 +47,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output repo folder (default: paths.dataset of --params)")
     executor_args(p)
     p.add_argument("--skip-sources", action="store_true", help="reuse the existing source tables as they are")
+    p.add_argument("--withhold-labels", metavar="SPLITS",
+                   help="comma-separated splits built without boxes (e.g. the test split heridal); their labels go "
+                        "to the private label repo --private-out (default: build.withhold_labels)")
+    p.add_argument("--private-out", metavar="DIR",
+                   help="the private label repo of the withheld splits (default: paths.private_labels); never "
+                        "inside the public repo, never published")
     source_args(p)
     p.set_defaults(func=cmd_build)
 
@@ -54,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "difference, one line each.",
                 ["aegisbench verify", "aegisbench verify data/aegisbench"])
     p.add_argument("path", nargs="?", default="data/aegisbench", help="dataset repo folder")
+    p.add_argument("--dataset", help="with a private label repo as PATH: the public repo it must belong to")
+    p.add_argument("--expect", metavar="DIGEST", help="exit 2 unless the repo's dataset digest is DIGEST (64 hex; "
+                   "e.g. the one released for its version, which verify names)")
     p.set_defaults(func=cmd_verify)
 
     _register_preview(sub)
@@ -271,21 +281,44 @@ def cmd_build(args) -> int:
     executor = executor_of(args, params.build.workers, (params.sources_dir, args.out or params.dataset_dir))
     if args.source_dir or not args.skip_sources:
         materialize_sources(params, missing_only=not args.source_dir)
-    manifest = build_repo(params, out=args.out, executor=executor)
+    if args.withhold_labels is not None:
+        splits = tuple(s.strip() for s in args.withhold_labels.split(",") if s.strip())
+        params = dataclasses.replace(params, build=dataclasses.replace(params.build, withhold_labels=splits))
+    manifest = build_repo(params, out=args.out, executor=executor, private_out=args.private_out)
     out = args.out or params.dataset_dir
     print(f"built {out}  version {manifest['benchmark_version']}  digest {manifest['dataset_digest']}")
+    if manifest.get("withheld_labels"):
+        print(f"labels of {', '.join(manifest['withheld_labels'])} withheld in "
+              f"{args.private_out or params.private_labels_dir} (private: never publish it)")
     return 0
 
 def cmd_verify(args) -> int:
+    import re
+
     from aegisbench.builders.manifest import load_manifest, verify_repo
-    report = verify_repo(args.path)
-    if report.ok:
-        m = load_manifest(args.path)
-        print(f"{args.path}: OK ({len(m['files'])} files, digest {m['dataset_digest']})")
+    from aegisbench.builders.withhold import is_label_repo, load_labels, verify_labels
+    from aegisbench.releases import release_note
+    if args.expect is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect):
+        raise BadInput(f"expected 64 lowercase hex digits, got {args.expect[:80]!r}", where="--expect")
+    labels = is_label_repo(args.path)
+    report = (verify_labels(args.path, load_manifest(args.dataset) if args.dataset else None) if labels
+              else verify_repo(args.path))
+    if not report.ok:
+        for line in report.lines():
+            print(f"{args.path}: {line}", file=sys.stderr)
+        return 2
+    if labels:
+        m = load_labels(args.path)
+        print(f"{args.path}: OK (private label repo of dataset {m['public_digest'][:12]}, labels digest "
+              f"{m['labels_digest']})")
         return 0
-    for line in report.lines():
-        print(f"{args.path}: {line}", file=sys.stderr)
-    return 2
+    m = load_manifest(args.path)
+    digest = m["dataset_digest"]
+    if args.expect is not None and digest != args.expect:
+        raise BadInput(f"the dataset digest is {digest}, not the expected {args.expect} (the files match "
+                       "their own manifest: this is another build)", where=str(args.path))
+    print(f"{args.path}: OK ({len(m['files'])} files, digest {digest}: {release_note(digest, m['benchmark_version'])})")
+    return 0
 
 
 def cmd_preview(args) -> int:

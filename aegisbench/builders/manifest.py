@@ -146,6 +146,9 @@ def _check_fields(m: dict, where: str) -> None:
         _need(bool(test(m[key])), key, f"must be {what}", where)
     _need(isinstance(m.get("sources", {}), dict) and all(isinstance(s, dict) for s in m.get("sources", {}).values()),
           "sources", "must be an object of objects", where)
+    withheld = m.get("withheld_labels", [])
+    _need(isinstance(withheld, list) and all(isinstance(s, str) for s in withheld), "withheld_labels",
+          "must be a list of split names", where)
     for rel, f in m["files"].items():
         _need(isinstance(f, dict) and _is_hex(f.get("sha256")) and _is_count(f.get("bytes")), f"files[{rel!r}]",
               "must have sha256 (64 hex digits) and bytes (a count)", where)

@@ -51,8 +51,13 @@ def check_repo_id(repo_id: str) -> str:
 
 
 def publish_plan(dataset: str | Path) -> list[UploadItem]:
-    """The exact upload list of a dataset repo that passes verify (else VerificationError)."""
+    """The exact upload list of a dataset repo that passes verify (else VerificationError); a
+    private label repo is never uploaded (BadInput)."""
+    from aegisbench.builders.withhold import is_label_repo
     dataset = Path(dataset)
+    if is_label_repo(dataset):
+        raise BadInput("refusing to publish a private label repo: it holds the withheld test labels, which only "
+                       "the scoring side may hold", where=str(dataset))
     report = verify_repo(dataset, ignore_hidden=True)
     if not report.ok:
         lines = report.lines()

@@ -48,8 +48,15 @@ def source_records(src: SourceParams, version: str) -> tuple[Iterator[SourceReco
 
 
 def _config(cls, src: SourceParams):
+    options = dict(src.options)
+    if options.pop("private", False) is True:  # a private variant: its draws keyed by a secret of private/
+        from aegisbench.private import private_seed
+        if cls.__name__ != "SyntheticSarConfig":
+            raise BadInput("private: true is supported by the synthetic_sar kind",
+                           where=f"params.yaml: sources.{src.name}")
+        options.update(source=src.name, secret=private_seed(src.name, create=True))
     try:
-        return cls(**src.options)
+        return cls(**options)
     except TypeError as exc:
         raise BadInput(str(exc), where=f"params.yaml: sources.{src.name}.options") from None
 

@@ -54,6 +54,10 @@ class SyntheticSarConfig:
     person_size_px: tuple[int, int] = (16, 96)  # box long side, before perspective
     oblique_fraction: float = 0.4  # flights flown with an oblique camera
     target_label: str = "person"
+    # a private variant (options ``private: true``): its own source name, and a secret drawn into the
+    # project's private configuration that keys every draw, so the public code cannot regenerate it
+    source: str = SOURCE
+    secret: str = ""
 
     def __post_init__(self) -> None:
         where = "SyntheticSarConfig"
@@ -96,12 +100,17 @@ class SarScene:
     figure_alpha: np.ndarray | None = None  # debug: union of figure coverages
 
 
-def image_id_for(split: str, index: int) -> str:
-    return f"{SOURCE}_{split}_{index:05d}"
+def image_id_for(split: str, index: int, source: str = SOURCE) -> str:
+    return f"{source}_{split}_{index:05d}"
 
 
 def flight_id_for(cfg: SyntheticSarConfig, split: str, index: int) -> str:
-    return f"{SOURCE}_{split}_flight_{index // cfg.images_per_flight:03d}"
+    return f"{cfg.source}_{split}_flight_{index // cfg.images_per_flight:03d}"
+
+
+def _rng(cfg: SyntheticSarConfig, version: str, key: str):
+    """The draw of ``key``: keyed by the version and the source, and by the secret of a private variant."""
+    return rng_for(version, cfg.source, key) if not cfg.secret else rng_for(version, cfg.source, cfg.secret, key)
 
 
 def generate_synthetic_sar(cfg: SyntheticSarConfig, version: str) -> Iterator[SourceRecord]:
@@ -112,7 +121,7 @@ def generate_synthetic_sar(cfg: SyntheticSarConfig, version: str) -> Iterator[So
         for i in range(cfg.count(split)):
             sc = render_sar_scene(cfg, version, split, i)
             yield SourceRecord.from_image(
-                sc.image_id, split, SOURCE, sc.image, boxes=sc.boxes,
+                sc.image_id, split, cfg.source, sc.image, boxes=sc.boxes,
                 labels=[cfg.target_label] * len(sc.boxes), group_id=sc.flight_id)
         log.debug("synthetic_sar: %s split done (%d images)", split, cfg.count(split))
 
@@ -129,7 +138,7 @@ _DETAIL_CELLS, _DETAIL_W = (3, 9, 28), (0.08, 0.5, 0.42)  # texture octaves (px,
 
 def _flight(cfg: SyntheticSarConfig, version: str, flight_id: str) -> dict:
     """Flight-wide settings: camera, altitude (person scale), sun, season, land cover."""
-    rng = rng_for(version, SOURCE, flight_id)
+    rng = _rng(cfg, version, flight_id)
     lo, hi = cfg.person_size_px
     weights = rng.dirichlet([1.6, 1.0, 0.6, 0.5])
     dry = float(rng.beta(1.2, 2.5))
@@ -165,10 +174,10 @@ def render_sar_scene(cfg: SyntheticSarConfig, version: str, split: str, index: i
     """Render image ``index`` of ``split``; ``debug`` keeps the plate and figure masks."""
     if split not in SPLITS:
         raise BadInput(f"split must be one of {SPLITS}", where="render_sar_scene")
-    image_id = image_id_for(split, index)
+    image_id = image_id_for(split, index, cfg.source)
     flight_id = flight_id_for(cfg, split, index)
     fl = _flight(cfg, version, flight_id)
-    rng = rng_for(version, SOURCE, image_id)
+    rng = _rng(cfg, version, image_id)
     large = every(index, cfg.train_large_fraction if split == "train" else cfg.large_fraction)
     w, h = cfg.large_size if large else cfg.small_size
     oblique = fl["view"] == "oblique"

@@ -28,11 +28,19 @@ def _submission_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--team", help="who made the model (required: the leaderboard shows it on every row), "
                    "unless --reference")
     g.add_argument("--reference", action="store_true", help="a reference row run by the pipeline (dvc.yaml): "
-                   f"team defaults to {REFERENCE_TEAM!r}")
+                   f"team defaults to {REFERENCE_TEAM!r}; implies --verified")
+    g.add_argument("--verified", action="store_true",
+                   help="attest the run with this project's private key (private/): the leaderboard shows the row "
+                        "as verified (we ran it), not self-reported")
     g.add_argument("--contact", default="n/a", help="contact (e-mail or URL)")
     g.add_argument("--license", default="MIT", help="license of the predictions")
     g.add_argument("--description", default="Predictions written by aegisbench detect.",
                    help="free-text description")
+    g.add_argument("--paper", help="URL of the paper that describes the model (shown on the leaderboard)")
+    g.add_argument("--code", help="URL of the code that trains or runs it")
+    g.add_argument("--architecture", help="architecture, one line (e.g. YOLO11n); the parameter count is always "
+                   "computed from the loaded model")
+    g.add_argument("--training-data", help="what it was trained on, one line")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -73,6 +81,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--patch", type=int, help="patch side in px (default: 25 px per 640 px of the frame)")
     p.add_argument("--max-images", type=int, help="subsample: at most this many images per source (CPU runs)")
     p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
+    p.add_argument("--verified", action="store_true", help="attest the run with this project's private key (a "
+                   "folder whose detect run was attested stays verified without it)")
     p.set_defaults(func=cmd_warp)
 
     _register_train(sub)
@@ -172,7 +182,8 @@ def cmd_detect(args) -> int:
     run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers,
                      progress=True, overwrite=args.overwrite)
     info = SubmissionInfo(name=args.name or out.name, model=args.model or f"{args.detector}:{Path(args.weights).name}",
-                          team=team, contact=args.contact, license=args.license, description=args.description)
+                          team=team, contact=args.contact, license=args.license, description=args.description,
+                          metadata=_metadata(args))
 
     def check(manifest: dict) -> None:
         track_splits(manifest, args.track)
@@ -190,7 +201,29 @@ def cmd_detect(args) -> int:
     print(f"wrote {out}: {report['frames']} images ({report['windows']} tiles) in {report['seconds']:.1f} s, "
           f"{report['images_per_s']:.2f} images/s, {report['tiles_per_s']:.2f} tiles/s"
           + (f"; resumed {resumed} of {report['configs']} configs" if resumed else ""))
+    if args.verified or args.reference:
+        _attest(out, manifest, args.weights, "aegisbench detect")
     return 0
+
+
+def _metadata(args) -> dict:
+    """``--paper``, ``--code``, ``--architecture``, ``--training-data`` as submission.yaml's
+    model metadata, checked like every submission's (BadInput naming the flag)."""
+    from aegisbench.evaluation.metadata import check_metadata
+    given = {k: v for k, v in (("paper", args.paper), ("code", args.code), ("architecture", args.architecture),
+                               ("training_data", args.training_data)) if v is not None}
+    clean, bad = check_metadata(given)
+    if bad:
+        key, why = bad[0]
+        raise BadInput(why, where=f"--{key.replace('_', '-')}")
+    return clean
+
+
+def _attest(out: Path, manifest: dict, weights: str, by: str) -> None:
+    from aegisbench.attestation import attest
+    from aegisbench.hashing import file_sha256
+    path = attest(out, dataset_digest=manifest["dataset_digest"], weights_sha256=file_sha256(weights), by=by)
+    print(f"attested {out} (verified: run here) in {path}")
 
 
 def cmd_warp(args) -> int:
@@ -201,11 +234,15 @@ def cmd_warp(args) -> int:
     out = Path(args.out)
     if not (out / "submission.yaml").is_file():
         raise BadInput("not a submission folder (no submission.yaml); run aegisbench detect first", where=str(out))
+    from aegisbench.attestation import holds
     manifest, detector = _prepare(args)
+    attested = holds(out)  # a verified run stays verified when we add its WARP test
     report = run_warp(detector, args.dataset, out, params, variants_per_batch=args.frames_per_batch,
                       progress=True, manifest=manifest)
     print(f"wrote {out / 'warp_patch.parquet'}: {report['images']} images x {args.grid ** 2} positions, "
           f"{report['variants_per_s']:.2f} variants/s")
+    if attested or args.verified:
+        _attest(out, manifest, args.weights, "aegisbench detect + warp-detect")
     return 0
 
 

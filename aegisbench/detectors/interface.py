@@ -207,6 +207,12 @@ class Detector(ABC):
         """What identifies the model (for submission.yaml and resume keys)."""
         return {"detector": self.name}
 
+    def parameters(self) -> int | None:
+        """Trainable parameters of the loaded network (None when the adapter cannot tell)."""
+        net = getattr(self, "network", None)
+        return None if net is None else int(sum(p.numel() for p in net.parameters() if p.requires_grad) or
+                                            sum(p.numel() for p in net.parameters()))
+
     def predict(self, images: Sequence[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         """Detections of each full frame (RGB uint8 ``(H, W, 3)``) in frame pixels; with
         ``noise`` (one key per frame) WARP noise is added to every window's model input."""

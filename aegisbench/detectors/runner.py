@@ -68,11 +68,14 @@ class SubmissionInfo:
     contact: str = "n/a"
     license: str = "MIT"
     description: str = "Predictions written by aegisbench detect."
+    # model metadata (paper, code, architecture, training_data), checked by the caller; the parameter
+    # count is always the loaded network's
+    metadata: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, str) or not v.strip():
+            if f.name != "metadata" and (not isinstance(v, str) or not v.strip()):
                 raise BadInput(f"{f.name} must be a non-empty string", where=f"--{f.name}")
 
 
@@ -308,7 +311,11 @@ def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: 
         pq.write_table(joined, tmp)
     meta = {"name": info.name, "team": info.team, "track": track, "model": info.model, "contact": info.contact,
             "license": info.license, "description": info.description,
-            "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
+            "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"],
+            **info.metadata}
+    n_params = detector.parameters()
+    if n_params:
+        meta["parameters"] = n_params
     if empty:
         meta["no_detections"] = empty
     if detector.options.classes is not None:

@@ -112,6 +112,11 @@ class FasterRCNNDetector(Detector):
         return {"detector": self.name, "weights": Path(self.weights).name,
                 "architecture": "fasterrcnn_resnet50_fpn", "classes": list(self.names.values())}
 
+    @property
+    def network(self):
+        """The torch module (for its parameter count)."""
+        return self.model
+
     def _add_noise(self, module, args, output):
         """Forward hook of ``model.transform``: the pending noise on its ``ImageList``."""
         if self._noise is None:

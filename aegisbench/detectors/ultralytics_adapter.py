@@ -227,6 +227,11 @@ class UltralyticsDetector(Detector):
         return {"detector": self.name, "weights": Path(self.weights).name,
                 "architecture": type(self.model.model).__name__, "classes": list(self.names.values())}
 
+    @property
+    def network(self):
+        """The torch module (for its parameter count)."""
+        return self.model.model
+
     def predict_windows(self, windows: list[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         h, w = windows[0].shape[:2]
         o = self.options

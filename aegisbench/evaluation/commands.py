@@ -93,11 +93,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stratify", action="append", default=[], metavar="COLUMN",
                    help="also report every detection metric per value of this per-image meta column (e.g. time "
                         "from --meta-pattern), with its own interval; repeatable")
+    p.add_argument("--labels", metavar="DIR",
+                   help="the private label repo of a dataset whose test labels are withheld (default: "
+                        "private/labels when it exists)")
     p.add_argument("--executor", help="local (default) or ray: where the sources of the track are scored "
                    "(each source is independent)")
     p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     p.set_defaults(func=cmd_evaluate)
+
+    _register_import_published(sub)
 
     p = command(sub, "export-coco", "write COCO GT JSON per config and per config/split",
                 "Integer image and category ids for COCO-format results submissions; the dataset is "
@@ -108,6 +113,32 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
     p.set_defaults(func=cmd_export_coco)
+
+
+def _register_import_published(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "import-published", "add numbers a paper published as published rows (never ranked against "
+                "rows scored here)",
+                "Writes results/<id>/ from a table: the long layout (source, config, metric, value, lo, hi, n) or "
+                "the reference release's condition table (--layout release: one folder per model, <id>_<model>). "
+                "Metrics must be registered for the track and within their bounds; the whole table is checked "
+                "before anything is written.",
+                ["aegisbench import-published benchmark_168_conditions.csv --layout release --id release2026 "
+                 "--track sar --team 'Altis-2026' --name 'reference release' --protocol 'frozen threshold on "
+                 "clean val, 1000-resample bootstrap' --source-url https://github.com/Altis-2026/AegisBench "
+                 "--citation 'Altis et al. 2026'"])
+    p.add_argument("table", help="CSV or Parquet table")
+    p.add_argument("--layout", choices=("long", "release"), default="long", help="table layout")
+    p.add_argument("--id", required=True, help="results folder name (the release layout appends _<model>)")
+    p.add_argument("--track", required=True, help="sar, smoke or firespread")
+    p.add_argument("--name", required=True, help="name of the publication's rows")
+    p.add_argument("--team", required=True, help="who published the numbers")
+    p.add_argument("--model", help="the model (long layout; the release layout names it per row)")
+    p.add_argument("--protocol", required=True, help="how the numbers were measured, in words (shown beside them)")
+    p.add_argument("--source-url", required=True, help="http(s) URL of the publication or its data")
+    p.add_argument("--citation", required=True, help="how to cite it")
+    p.add_argument("--date", help="date of the publication, YYYY-MM-DD")
+    p.add_argument("--out", default="results", help="results folder")
+    p.set_defaults(func=cmd_import_published)
 
 
 def _limits(args):
@@ -152,14 +183,21 @@ def cmd_evaluate(args) -> int:
     connect(executor, (args.submission, args.dataset))
     dataset = Path(args.dataset).absolute() if executor.kind == "ray" else args.dataset  # read on other nodes
     try:
-        out = evaluate_submission(args.submission, dataset, args.results, params,
-                                  verify=not args.no_verify, progress=True, executor=executor)
+        out = evaluate_submission(args.submission, dataset, args.results, params, verify=not args.no_verify,
+                                  progress=True, executor=executor, labels=args.labels or default_labels())
     except SubmissionInvalid as exc:
         return _print_problems(exc)
     prov = json.loads((out / "provenance.json").read_text())
     print(f"wrote {out} ({threshold_summary(prov)}; "
           f"{len(prov.get('degenerate_intervals', []))} degenerate interval(s))")
     return 0
+
+
+def default_labels():
+    """``private/labels`` (of the current project, or under ``AEGISBENCH_PRIVATE``) when it exists."""
+    from aegisbench.private import private_dir
+    path = private_dir() / "labels"
+    return path if path.is_dir() else None
 
 
 def threshold_summary(prov: dict) -> str:
@@ -182,6 +220,15 @@ def threshold_summary(prov: dict) -> str:
     if declared is not None:
         return f"F2R threshold {declared:g}, declared by the dataset (fire spread freezes none)"
     return "no threshold frozen (this track scores without one)"
+
+
+def cmd_import_published(args) -> int:
+    from aegisbench.evaluation.published import Publication, import_published
+    pub = Publication(name=args.name, team=args.team, track=args.track, protocol=args.protocol,
+                      source_url=args.source_url, citation=args.citation, date=args.date)
+    for folder in import_published(args.table, args.layout, args.id, pub, args.out, model=args.model):
+        print(f"wrote {folder} (published rows)")
+    return 0
 
 
 def cmd_export_coco(args) -> int:

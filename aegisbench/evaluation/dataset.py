@@ -13,6 +13,7 @@ order, numbered from 1.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
@@ -129,6 +130,22 @@ def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
                    ignore, meta)
 
 
+def _with_labels(gt: SplitGT, root: Path, manifest: dict) -> SplitGT:
+    """``gt`` with the boxes, labels and ignore regions of the private label repo."""
+    from aegisbench.builders.manifest import repo_file
+    info = manifest["splits"].get(gt.config, {}).get(gt.split)
+    if info is None:
+        raise BadInput(f"has no labels of {gt.config}/{gt.split}", where=str(root))
+    rows = {r["image_id"]: r for r in pq.read_table(repo_file(root, info["path"])).to_pylist()}
+    if set(rows) != set(gt.image_ids):
+        raise BadInput(f"the labels of {gt.config}/{gt.split} are not for this split's images", where=str(root))
+    pick = [rows[i] for i in gt.image_ids]
+    return dataclasses.replace(
+        gt, boxes=tuple(np.asarray(r["objects"]["bbox"], np.float64).reshape(-1, 4) for r in pick),
+        labels=tuple(tuple(r["objects"]["label"]) for r in pick),
+        ignore=tuple(np.asarray(r["ignore"], np.float64).reshape(-1, 4) for r in pick))
+
+
 class DatasetIndex:
     """A dataset repo's manifest plus lazily read ground truth.
 
@@ -136,15 +153,38 @@ class DatasetIndex:
     (:func:`require_verified`); either way the manifest is checked (fields, paths inside the
     repo, every shard listed in ``files``: :func:`load_manifest`)."""
 
-    def __init__(self, repo: str | Path, verify: bool = True):
+    def __init__(self, repo: str | Path, verify: bool = True, labels: str | Path | None = None):
         from aegisbench.builders.manifest import load_manifest, require_verified
         self.repo = Path(repo)
         self.manifest = require_verified(self.repo) if verify else load_manifest(self.repo)
         self._gt: dict[tuple[str, str], SplitGT] = {}
+        self.withheld = tuple(self.manifest.get("withheld_labels") or ())
+        self.labels: tuple[Path, dict] | None = None
+        if labels is not None and self.withheld:
+            from aegisbench.builders.withhold import load_labels, verify_labels
+            if verify:
+                report = verify_labels(labels, self.manifest)
+                if not report.ok:
+                    raise BadInput("the private label repo does not verify: " + "; ".join(report.lines()[:5]),
+                                   where=str(labels))
+            self.labels = (Path(labels), load_labels(labels, self.manifest))
 
     @property
     def digest(self) -> str:
         return self.manifest["dataset_digest"]
+
+    @property
+    def scoring_digest(self) -> str:
+        """The digest of the complete data scoring keys its draws with: the repo's own, or, with
+        withheld labels, the digest it has with them (so scores equal an ordinary build's)."""
+        return self.labels[1]["full_digest"] if self.labels else self.digest
+
+    def require_labels(self, track: str) -> None:
+        """BadInput when splits of ``track`` are withheld and no private label repo was given."""
+        missing = sorted({s for _, s in self.keys(track) if s in self.withheld}) if self.labels is None else []
+        if missing:
+            raise BadInput(f"the labels of {missing} are withheld from this dataset repo: score with its private "
+                           "label repo (--labels DIR)", where=str(self.repo))
 
     @property
     def version(self) -> str:
@@ -180,7 +220,10 @@ class DatasetIndex:
             info = self.split_info(config, split)
             if info is None:
                 raise BadInput(f"the dataset has no split {split!r} in config {config!r}", where=str(self.repo))
-            self._gt[key] = read_split_gt(self.repo, config, split, info)
+            gt = read_split_gt(self.repo, config, split, info)
+            if split in self.withheld and self.labels is not None:
+                gt = _with_labels(gt, *self.labels)
+            self._gt[key] = gt
         return self._gt[key]
 
     # ------------------------------------------------------------ COCO ids

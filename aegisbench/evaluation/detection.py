@@ -178,7 +178,7 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
     if len(clean_gt) == 0:
         log.warning("source %s has an empty test split; skipped", source)
         return out
-    key = ("aegisbench-bootstrap", index.digest, sub.id, source)
+    key = ("aegisbench-bootstrap", index.scoring_digest, sub.id, source)
     resamples = Resamples.draw(len(clean_gt), key, params.bootstrap.n_resamples)
     scorer = ConditionScorer(sub, index, source, thr, params, resamples, key)
     scorer.add_validation_rows(val, vf1)
@@ -206,6 +206,7 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
                                  "original_positive": res["original_positive"].tolist(),
                                  "alpha": res["alpha"].tolist(), "beta": res["beta"].tolist(),
                                  "deceptions": res["deceptions"].tolist(), "gamma": res["gamma"].tolist()})
+    scorer.add_label_match_row(clean)
     for sc, part in [(scorer, clean), *strata.with_clean()]:
         add_not_physical_rows(sc, part, out.configs, not_physical_configs(index, source))
     out.effectiveness = scorer.effectiveness_summary()
@@ -335,7 +336,7 @@ def _detection_provenance(sub, index, params, thresholds: dict, val_f1: dict, de
                           else f"mAP keeps the {params.max_dets} highest-scoring predictions per image"),
         "bootstrap": {"n_resamples": params.bootstrap.n_resamples, "percentiles": list(params.bootstrap.percentiles),
                       "unit": "image", "method": "percentile",
-                      "rng_key": ["aegisbench-bootstrap", index.digest, sub.id, "<source>"],
+                      "rng_key": ["aegisbench-bootstrap", index.scoring_digest, sub.id, "<source>"],
                       "sharing": "one draw of image resamples per (submission, test split), shared by every "
                                  "condition of that split (paired)"},
         "degenerate_intervals": degenerate,

@@ -77,6 +77,7 @@ def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationPa
              progress: bool = False, executor: Executor | None = None) -> Evaluation:
     """Score a validated submission with its track (in memory; nothing written)."""
     track = get_track(sub.meta.track)
+    index.require_labels(track.name)
     if params.stratify and track.kind != "detection":
         raise BadInput(f"strata are reported for the detection tracks only, not {track.name}", where="--stratify")
     return track.score(sub, index, params, executor, progress)
@@ -84,17 +85,41 @@ def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationPa
 
 def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegisbench",
                         results: str | Path = "results", params: EvaluationParams = EvaluationParams(), *,
-                        verify: bool = True, progress: bool = False, executor: Executor | None = None) -> Path:
+                        verify: bool = True, progress: bool = False, executor: Executor | None = None,
+                        labels: str | Path | None = None) -> Path:
     """Validate (raising :class:`~aegisbench.evaluation.submission.SubmissionInvalid` with
     every problem, nothing written), score (sources on ``executor``) and write
-    ``results/<id>/``; returns the folder. Scoring and writing hold the lock of
+    ``results/<id>/``; returns the folder (``labels``: the private label repo of a dataset whose
+    test labels are withheld). Scoring and writing hold the lock of
     ``results/<id>`` (a second evaluation of the id is refused, naming this PID); the old
     results stay in place, whole, until the new ones are complete."""
-    index = DatasetIndex(dataset, verify=verify)
+    index = DatasetIndex(dataset, verify=verify, labels=labels)
     sub = validate_submission(submission, index, params.limits, params.warp_grid)
     with output_lock(Path(results) / sub.id):
         clean_leftovers(Path(results) / sub.id)
+        check_identity(sub, results)
         return write_results(evaluate(sub, index, params, progress=progress, executor=executor), results)
+
+
+def check_identity(sub: ValidatedSubmission, results: str | Path) -> None:
+    """Results are bound to the content of their submission: ``results/<id>/`` made from other
+    files may be replaced only from the project's stored submission of that id
+    (``results/../submissions/<id>``, whose content changed). A folder elsewhere that takes
+    another submission's name is refused; nothing is written."""
+    import json
+    prov_path = Path(results) / sub.id / "provenance.json"
+    try:
+        prov = json.loads(prov_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # no earlier results (or unreadable ones, which the leaderboard skips anyway)
+    if not isinstance(prov, dict) or prov.get("submission_files") == sub.files:
+        return
+    stored = Path(results).absolute().parent / "submissions" / sub.id
+    if stored.resolve() == sub.folder.resolve():
+        return
+    raise BadInput(f"{prov_path.parent} holds the results of other files of a submission named {sub.id!r}; only "
+                   f"{stored} may replace them. Give this submission its own name (rename its folder), or remove "
+                   f"{prov_path.parent} first if you mean to discard those results", where=str(sub.folder))
 
 
 __all__ = ["EvaluationParams", "evaluate", "evaluate_submission"]

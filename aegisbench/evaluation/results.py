@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import aegisbench
 from aegisbench.atomic import staged_dir
 from aegisbench.evaluation.version import EVALUATOR_VERSION
+from aegisbench.hashing import json_sha256
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def provenance(sub, index, params, artefacts: list[str], **track_fields) -> dict
         "dataset_version": index.version, "dataset_digest": index.digest,
         "evaluator_version": EVALUATOR_VERSION, "package_version": aegisbench.__version__,
         "params": params.as_dict(), "params_sha256": params.digest(),
-        "prediction_form": sub.form, "submission_files": sub.files, "artefacts": artefacts,
+        "prediction_form": sub.form, "submission_files": sub.files, "content_sha256": json_sha256(sub.files),
+        "artefacts": artefacts,
     }
     if m.metadata:  # what the model is (paper, code, ...): shown and sortable on the leaderboard
         common["metadata"] = dict(m.metadata)

@@ -23,6 +23,7 @@ import numpy as np
 from aegisbench.fields import is_int
 from aegisbench.evaluation.bootstrap import Resamples, condition_intervals, count_intervals, percentile_interval
 from aegisbench.stats import resample_indices
+from aegisbench.metrics.declared import LABEL_MATCH_IOU
 from aegisbench.metrics import (REGISTRY, ZERO_DIVISION, ConditionBootstrap, ConditionContext, condition_cells,
                                 effectiveness_of, precision, recall, sequence_delays_of)
 from aegisbench.vocab import CLEAN, CLOUD_PATCH, WARP_PATCH, disaster_family
@@ -98,6 +99,15 @@ class ConditionScorer:
         self.add(CLEAN, "val_f1", vf1, n=n)
         self.add(CLEAN, "val_recall", recall(c), n=int(c[:, 0].sum() + c[:, 2].sum()))
         self.add(CLEAN, "val_precision", precision(c), n=int(c[:, 0].sum() + c[:, 1].sum()))
+
+    def add_label_match_row(self, clean) -> None:
+        """The share of the kept clean test boxes that copy the GT box they are matched to
+        (IoU >= :data:`~aegisbench.metrics.declared.LABEL_MATCH_IOU`)."""
+        m = clean.match
+        kept = m.kept(self.thr)
+        copies = kept & (m.pred_iou >= LABEL_MATCH_IOU)
+        n = int(kept.sum())
+        self.add(CLEAN, "label_match", copies.sum() / n if n else None, n=n)
 
     def _bootstrap(self, config: str, match, n_img: int, counts: np.ndarray) -> ConditionBootstrap:
         boot = self.params.bootstrap

@@ -29,6 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
     p.add_argument("--convlstm-hidden", type=int, help="hidden channels of the ConvLSTM (default 8)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
+    p.add_argument("--verified", action="store_true", help="attest each forecaster's submission with this project's "
+                   "private key (private/): the leaderboard shows its rows as verified (run here)")
     p.set_defaults(func=cmd_baselines)
 
     p = command(sub, "firespread-simulate", "run one fire-spread ensemble and print its macro statistics",
@@ -87,6 +89,11 @@ def cmd_baselines(args) -> int:
     kw = {k: v for k, v in (("steps", args.convlstm_steps), ("hidden", args.convlstm_hidden)) if v is not None}
     for folder in write_baselines(args.dataset, args.out, names, ConvLSTMConfig(**kw), dtype=args.dtype):
         print(f"wrote {folder}")
+        if args.verified:
+            from aegisbench.attestation import attest
+            from aegisbench.builders.manifest import load_manifest
+            attest(folder, dataset_digest=load_manifest(args.dataset)["dataset_digest"], weights_sha256=None,
+                   by="aegisbench firespread-baselines")
     return 0
 
 

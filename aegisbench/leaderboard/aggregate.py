@@ -15,14 +15,17 @@ tied group). There is no overall score.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import polars as pl
 
 from aegisbench.leaderboard.results import FAMILY_OF, Expectation, ResultEntry, Skipped
 from aegisbench.metrics import REGISTRY
+from aegisbench.metrics.declared import LABEL_MATCH_FLAG
 from aegisbench.vocab import CLEAN, FAMILIES
+
+VERIFIED, SELF_REPORTED, PUBLISHED = "verified", "self-reported", "published"
 
 LONG_COLUMNS = {
     "submission": pl.String, "name": pl.String, "model": pl.String, "team": pl.String,
@@ -33,6 +36,10 @@ LONG_COLUMNS = {
     "frozen_threshold": pl.Float64,
     "dataset_version": pl.String, "dataset_digest": pl.String, "evaluator_version": pl.String,
     "reference": pl.Boolean,  # the submission was named with ``--reference`` (the default row)
+    # verified (an attestation of this project matches it), self-reported, or published (numbers from a paper)
+    "status": pl.String,
+    # the source's clean label_match is at least LABEL_MATCH_FLAG: the predictions copy the published test labels
+    "matches_test_labels": pl.Boolean,
 }
 _CORRUPTION_RANK = {c: i for i, c in enumerate(FAMILY_OF)}
 _FAMILY_RANK = {f: i for i, f in enumerate(FAMILIES)}
@@ -67,10 +74,12 @@ def _threshold(prov: dict, source: str) -> float | None:
     return None if thr is None else float(thr)
 
 
-def long_table(entries: Sequence[ResultEntry], references: Collection[str] = ()) -> pl.DataFrame:
+def long_table(entries: Sequence[ResultEntry], references: Collection[str] = (),
+               statuses: Mapping[str, str] | None = None) -> pl.DataFrame:
     """All metric rows with their provenance, one row per (submission, source, config, metric).
 
-    ``reference`` is true on the rows of the submissions named in ``references``.
+    ``reference`` is true on the rows of the submissions named in ``references``; ``status``
+    is the submission's in ``statuses`` (default ``self-reported``).
     """
     frames = []
     for entry in entries:
@@ -84,11 +93,20 @@ def long_table(entries: Sequence[ResultEntry], references: Collection[str] = ())
             pl.lit(prov["dataset_digest"]).alias("dataset_digest"),
             pl.lit(prov["evaluator_version"]).alias("evaluator_version"),
             pl.lit(entry.folder in set(references)).alias("reference"),
+            pl.lit((statuses or {}).get(entry.folder, SELF_REPORTED)).alias("status"),
+            pl.col("source").is_in(_copied_sources(entry.metrics)).alias("matches_test_labels"),
         ))
     if not frames:
         return pl.DataFrame(schema=LONG_COLUMNS)
     df = pl.concat([f.select([pl.col(c).cast(t) for c, t in LONG_COLUMNS.items()]) for f in frames])
     return _sort_conditions(df, ["track", "source", "submission"], ["metric", "stratum", "t"])
+
+
+def _copied_sources(metrics: pl.DataFrame) -> list[str]:
+    """The sources whose clean ``label_match`` reaches :data:`~aegisbench.metrics.declared.LABEL_MATCH_FLAG`."""
+    hit = metrics.filter((pl.col("metric") == "label_match") & (pl.col("config") == CLEAN)
+                         & (pl.col("value") >= LABEL_MATCH_FLAG))
+    return sorted(set(hit["source"].to_list()))
 
 
 def is_headline() -> pl.Expr:
@@ -231,8 +249,19 @@ def tied_groups(items: Sequence[tuple], sign: int) -> list[list]:
     return [[s[0] for s in sorted(g, key=lambda s: (-s[1], str(s[0])))] for g in groups]
 
 
+def _status_groups(info: dict, sign: int) -> list[list]:
+    """Tied groups of the verified rows, then of the self-reported ones (never above a verified
+    row); published rows are not ranked against rows scored here."""
+    out = []
+    for status in (VERIFIED, SELF_REPORTED):
+        part = [(k, r["value"], r["lo"], r["hi"]) for k, r in info.items() if r["status"] == status]
+        out += tied_groups(part, sign)
+    return out
+
+
 def rank_view(long: pl.DataFrame) -> pl.DataFrame:
-    """Rank within each (track, source, config, metric) only, as tied groups.
+    """Rank within each (track, source, config, metric) only, as tied groups: verified rows
+    first, self-reported rows after them (``status`` says which); published rows unranked.
 
     ``rank`` is competition style (1, 1, 3): one plus the number of models in better
     groups; ``group_size`` > 1 marks a tie. Rows with no value are not ranked.
@@ -240,7 +269,7 @@ def rank_view(long: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for (track, source, config, metric), sign, part in _directed_groups(long, "config"):
         info = {r["submission"]: r for r in part.iter_rows(named=True)}
-        groups = tied_groups([(k, r["value"], r["lo"], r["hi"]) for k, r in info.items()], sign)
+        groups = _status_groups(info, sign)
         better = 0
         for gi, group in enumerate(groups, start=1):
             for key in group:
@@ -249,12 +278,12 @@ def rank_view(long: pl.DataFrame) -> pl.DataFrame:
                              "submission": key, "model": r["model"], "value": r["value"], "lo": r["lo"],
                              "hi": r["hi"], "group": gi, "rank": better + 1, "group_size": len(group),
                              "corruption": r["corruption"], "family": r["family"],
-                             "severity": r["severity"], "_pos": len(rows)})
+                             "severity": r["severity"], "status": r["status"], "_pos": len(rows)})
             better += len(group)
     schema = {"track": pl.String, "source": pl.String, "config": pl.String, "metric": pl.String,
               "submission": pl.String, "model": pl.String, "value": pl.Float64, "lo": pl.Float64,
               "hi": pl.Float64, "group": pl.Int64, "rank": pl.Int64, "group_size": pl.Int64,
-              "corruption": pl.String, "family": pl.String, "severity": pl.Int64}
+              "corruption": pl.String, "family": pl.String, "severity": pl.Int64, "status": pl.String}
     out = pl.DataFrame(rows, schema={**schema, "_pos": pl.Int64})
     # inside a condition, keep the order tied_groups gave (best group first, best value first)
     return _sort_conditions(out, ["track", "source"], ["metric", "_pos"]).select(*schema)
@@ -275,22 +304,26 @@ class Board:
     attachments: dict  # submission -> {file name: bytes} (e.g. the evaluator's calibration.png)
     references: tuple[str, ...] = ()  # merged submissions marked as reference (listed first, the default row)
     test_images: tuple[tuple[str, int], ...] = ()  # (source, clean test images) of the dataset: a smoke test?
+    statuses: dict = field(default_factory=dict)  # submission -> (status, reason or None)
 
 
 def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expect: Expectation,
-                references: Collection[str] = (), test_images: dict[str, int] | None = None) -> Board:
+                references: Collection[str] = (), test_images: dict[str, int] | None = None,
+                statuses: Mapping[str, tuple[str, str | None]] | None = None) -> Board:
     """Assemble the long table and all derived views (pure).
 
     ``references``: submission ids to mark as reference; ids not among ``entries`` are ignored
     here (the caller reports them). ``test_images``: clean test images per source of the
-    dataset (the page says when it is a smoke test on tiny data).
+    dataset (the page says when it is a smoke test on tiny data). ``statuses``: per submission,
+    ``(status, reason)`` (:func:`aegisbench.attestation.row_status`; default self-reported).
     """
     merged = {e.folder for e in entries}
     refs = tuple(sorted(set(references) & merged))
-    long = long_table(entries, refs)
+    statuses = {e.folder: tuple((statuses or {}).get(e.folder, (SELF_REPORTED, None))) for e in entries}
+    long = long_table(entries, refs, {k: v[0] for k, v in statuses.items()})
     return Board(references=refs, long=long, families=family_summary(long), floors=floor_view(long),
                  drops=relative_drop(long), ranks=rank_view(long),
                  provenance={e.folder: dict(e.provenance) for e in sorted(entries, key=lambda e: e.folder)},
                  skipped=tuple(sorted(skipped, key=lambda s: s.folder)), expect=expect,
                  attachments={e.folder: dict(e.attachments) for e in entries if e.attachments},
-                 test_images=tuple(sorted((test_images or {}).items())))
+                 test_images=tuple(sorted((test_images or {}).items())), statuses=statuses)

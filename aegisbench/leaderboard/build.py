@@ -34,6 +34,7 @@ from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
 from aegisbench.leaderboard.markdown import render_markdown
+from aegisbench.leaderboard.identity import bind_to_submissions, statuses
 from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
                                             current_evaluator_version, test_images)
 from aegisbench.leaderboard.site import render_site
@@ -118,11 +119,16 @@ def _references(references) -> tuple[str, ...]:
 def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str | Path,
                       evaluator_version: str | None = None, references=(),
                       metrics: str | Path | None = None, plots: str | Path | None = None,
-                      preview: str | Path | None = None, extra_results=()) -> BuildReport:
+                      preview: str | Path | None = None, extra_results=(), submissions=(),
+                      private: str | Path | None = None) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
 
     ``extra_results``: results folders merged beside those under ``results`` (None: only
     these; a hosted leaderboard names its folders one by one, :mod:`aegisbench.service.board`).
+    ``submissions``: folders of stored submissions; when given, results whose files are not those
+    of their stored submission are skipped (:func:`~aegisbench.leaderboard.identity.bind_to_submissions`).
+    ``private``: the project whose ``private/`` attests the runs it made (default: the current
+    folder; ``AEGISBENCH_PRIVATE``): a row is verified only with a matching attestation.
 
     ``references``: submission ids of the reference detector(s), listed first and marked;
     ids not among the merged results are logged and reported (not an error).
@@ -137,15 +143,20 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
         for path in (out, metrics, plots):
             if path is not None:
                 clean_leftovers(path)
-        return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results)
+        return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results,
+                      submissions, private)
 
 
 def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None,
-           extra_results=()) -> BuildReport:
+           extra_results=(), submissions=(), private=None) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect, extra_results)
-    board = build_board(entries, skipped, expect, references=refs, test_images=test_images(dataset))
+    if submissions:
+        entries, unbound = bind_to_submissions(entries, submissions)
+        skipped += unbound
+    board = build_board(entries, skipped, expect, references=refs, test_images=test_images(dataset),
+                        statuses=statuses(entries, private))
     missing = tuple(r for r in refs if r not in board.references)
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)

@@ -36,6 +36,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preview", default=None, metavar="DIR",
                    help="the preview stage's folder (data/preview): its corruption grids become the page's "
                         "condition gallery, one thumbnail per condition of the same frame (default: no gallery)")
+    p.add_argument("--submissions", action="append", default=[], metavar="DIR",
+                   help="folder of the stored submissions (repeatable): results whose files are not those of "
+                        "DIR/<id> are skipped, so a folder named like another submission cannot stand for it")
+    p.add_argument("--private", default=None, metavar="DIR",
+                   help="the project whose private/ holds its attestations (default: the current folder, or "
+                        "AEGISBENCH_PRIVATE): a row is verified only when its run was attested there")
     p.add_argument("--strict", action="store_true",
                    help="exit 2 if any results folder was skipped or a --reference has no merged results")
     p.set_defaults(func=cmd_leaderboard)
@@ -46,7 +52,7 @@ def cmd_leaderboard(args) -> int:
 
     report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
                                references=args.reference, metrics=args.metrics, plots=args.plots,
-                               preview=args.preview)
+                               preview=args.preview, submissions=args.submissions, private=args.private)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
     # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;

@@ -21,7 +21,7 @@ from aegisbench.leaderboard.aggregate import Board
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
                                            floor_rows, fmt_interval, fmt_value, glossary, is_collapse, label,
-                                           primary_metric, rank_groups, sections, smoke_test)
+                                           primary_metric, rank_groups, release, sections, smoke_test)
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FIRESPREAD, WARP_GRID, WARP_NOISE, WARP_PATCH, config_kind, family_rank
 
@@ -102,13 +102,14 @@ def _section(board: Board, section: Section) -> list[str]:
         floor = (f"{fmt_value(main, fl['floor'])} {fmt_interval(main, fl['lo'], fl['hi'])} at "
                  + ", ".join(md_code(a) for a in fl["at"])) if fl else "—"
         prov = board.provenance[m.submission]
-        rows.append([_name(m), md_escape(m.team), md_code(m.submission),
+        status = m.status + ("; matches the published test labels" if m.copies_labels else "")
+        rows.append([_name(m), md_escape(m.team), md_code(m.submission), status,
                      f"{md_code(prov['dataset_digest'][:12])} · {md_escape(prov['evaluator_version'])}",
                      _thr(m.threshold), clean, floor])
     order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
              else "alphabetical")
     out += [f"Models ({order}; there is no overall rank). Clean and floor are {_label(main, section.track)}.", ""]
-    out += _table(["model", "team", "submission", "scored with (dataset, evaluator)", "frozen threshold",
+    out += _table(["model", "team", "submission", "status", "scored with (dataset, evaluator)", "frozen threshold",
                    f"clean {_label(main, section.track)}",
                    f"floor: worst {_label(main, section.track)} (where)"], rows)
     out.append("")
@@ -210,12 +211,14 @@ def _ranks(board: Board, section: Section, metric: str) -> list[str]:
         return []
     out = [f"### Order within each condition ({_label(metric, section.track)})", "",
            "Models whose intervals overlap are one tied group `{…}`; `>` separates groups "
-           "whose intervals are disjoint. Ranks are never combined across conditions.", ""]
+           "whose intervals are disjoint. Verified rows come first; a self-reported row is ranked after every "
+           "verified one. Ranks are never combined across conditions.", ""]
     body = []
     for cond, groups in ranked:
         parts = []
         for g in groups:
-            names = ", ".join(_name(r, board.references) for r in g)
+            names = ", ".join(_name(r, board.references) + ("" if r["status"] == "verified" else f" ({r['status']})")
+                              for r in g)
             parts.append(f"{g[0]['rank']}. {{{names}}}" if len(g) > 1 else f"{g[0]['rank']}. {names}")
         body.append([md_code(cond["config"]), " > ".join(parts)])
     return out + _table(["condition", "order (best first)"], body) + [""]
@@ -227,7 +230,7 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
     secs = sections(board)
     out = ["# AegisBench leaderboard", "",
            f"Built by `aegisbench leaderboard` from {len(board.provenance)} results folder(s), "
-           f"dataset digest {md_code(board.expect.dataset_digest)}, evaluator version "
+           f"dataset digest {md_code(board.expect.dataset_digest)} ({release(board)}), evaluator version "
            f"{md_code(board.expect.evaluator_version)}. Open `site/index.html` for heat maps, "
            "severity curves and one page per model.", "",
            "Every number is one condition of one model with its 95% bootstrap interval `[lo, hi]`; "

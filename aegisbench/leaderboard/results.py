@@ -277,6 +277,8 @@ def read_entry(folder: str | Path) -> ResultEntry:
 def staleness(entry: ResultEntry, expect: Expectation) -> str | None:
     """Why ``entry`` is stale against ``expect``, or None if it is current."""
     prov = entry.provenance
+    if prov.get("status") == "published":
+        return None  # numbers from a paper: never scored here, so never stale here
     if prov["dataset_digest"] != expect.dataset_digest:
         return (f"dataset digest {prov['dataset_digest'][:12]} differs from the current "
                 f"{expect.dataset_digest[:12]}")

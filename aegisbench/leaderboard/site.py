@@ -28,8 +28,8 @@ from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
                                            better, description, family_cells, floor_rows, fmt_interval, fmt_value,
                                            glossary, heading, heat_colour, is_collapse, is_count, label, rank_groups,
-                                           sections, slug, smoke_test)
-from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_weights_sha256
+                                           release, sections, slug, smoke_test)
+from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_url, check_weights_sha256
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FAMILIES, FIRESPREAD
 
@@ -190,9 +190,10 @@ def has_threshold(section: Section) -> bool:
     return any(m.threshold is not None for m in section.models)
 
 
-STATUS_NOTE = ("verified: run by the pipeline (a reference row of the leaderboard stage) from weights whose "
-               "SHA-256 the submission records; self-reported: predictions uploaded by the submitter, "
-               "scored here but not reproduced")
+STATUS_NOTE = ("verified: this project ran the model itself (its attestation of the run, made with a key only "
+               "this project holds, matches the files these results were scored from); self-reported: "
+               "predictions handed in by the submitter, scored here but not reproduced; published: numbers from "
+               "a paper, shown beside and never ranked against rows scored here")
 META_COLUMNS = [(k, k.replace("_", " ")) for k in METADATA_FIELDS]  # (field, column title), submission.yaml's order
 
 
@@ -207,11 +208,11 @@ def model_info(board: Board, sub: str) -> dict:
     try:
         weights = check_weights_sha256(prov.get("weights_sha256"))
     except ValueError as exc:
-        log.warning("%s: provenance %s: not verified", sub, exc)
+        log.warning("%s: provenance %s: not shown", sub, exc)
         weights = None
-    verified = sub in board.references and weights is not None
+    status, reason = board.statuses.get(sub, ("self-reported", None))
     params = clean.get("parameters")
-    return {"verified": verified, "status": "verified" if verified else "self-reported",
+    return {"verified": status == "verified", "status": status, "status_reason": reason or "",
             "weights": weights or "", **{k: clean.get(k, "") for k in METADATA_FIELDS},
             "parameters_text": "" if params is None else f"{params / 1e6:.2f} M" if params >= 10**5 else f"{params:,}",
             "parameters_v": "" if params is None else str(params)}
@@ -224,9 +225,20 @@ def models_view(board: Board) -> list[dict]:
     return [{"sub": s, "model": board.provenance[s]["model"], "team": board.provenance[s]["team"],
              "track": board.provenance[s]["track"], "page": f"models/{slug(s)}.html", "reference": s in refs,
              "info": model_info(board, s), "digest": board.provenance[s]["dataset_digest"],
+             "copies_labels": bool(board.long.filter((pl.col("submission") == s)
+                                                     & pl.col("matches_test_labels")).height),
              "evaluator": board.provenance[s]["evaluator_version"],
-             "scored_with": f'{board.provenance[s]["dataset_digest"]} {board.provenance[s]["evaluator_version"]}'}
+             "scored_with": f'{board.provenance[s]["dataset_digest"]} {board.provenance[s]["evaluator_version"]}',
+             "published": _published(board.provenance[s])}
             for s in subs]
+
+
+def _published(prov: dict) -> dict | None:
+    """What a published row says of itself: protocol, source (an http(s) URL, else none), citation."""
+    if prov.get("status") != "published":
+        return None
+    return {"protocol": str(prov.get("protocol") or "")[:2000], "source_url": check_url(prov.get("source_url")) or "",
+            "citation": str(prov.get("citation") or "")[:4000]}
 
 
 def collapses(section: Section) -> list[dict]:
@@ -329,7 +341,7 @@ def render_site(board: Board, out: str | Path, firespread=None, preview: str | P
     gallery = gallery_view(preview, out, used, written)
     common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
               "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK,
-              "smoke_test": smoke_test(board), "status_note": STATUS_NOTE}
+              "smoke_test": smoke_test(board), "status_note": STATUS_NOTE, "release": release(board)}
     html = env.get_template("leaderboard_index.html.j2").render(
         sections=views, skipped=board.skipped, n_results=len(board.provenance), metrics_css=metrics_css,
         glossary=glossary({m for s in secs for m in s.metrics}), root="", models=models_view(board),

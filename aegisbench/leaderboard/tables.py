@@ -142,6 +142,13 @@ def fmt_interval(metric: str, lo: float | None, hi: float | None, compact: bool 
 SMOKE_TEST_IMAGES = 10  # fewer clean test images than this per source: a smoke test, not a benchmark
 
 
+def release(board: Board) -> str:
+    """Whether the board's dataset digest is a released one (:mod:`aegisbench.releases`), in words."""
+    from aegisbench.releases import release_note
+    versions = sorted({p["dataset_version"] for p in board.provenance.values() if p.get("status") != "published"})
+    return release_note(board.expect.dataset_digest, versions[0] if versions else "?")
+
+
 def smoke_test(board: Board) -> str | None:
     """The banner of a page built on tiny data (``aegisbench run --fast``), else None."""
     sizes = dict(board.test_images)
@@ -168,6 +175,8 @@ class ModelRow:
     colour: str
     page: str
     reference: bool = False  # named with --reference: listed first, marked in every table
+    status: str = "self-reported"  # verified / self-reported / published: marked wherever the model is named
+    copies_labels: bool = False  # its clean test boxes copy the published test labels (flagged, not hidden)
 
 
 @dataclass(frozen=True)
@@ -258,9 +267,11 @@ def sections(board: Board) -> list[Section]:
         for sub in sorted(set(part["submission"].to_list()),
                           key=lambda s: (s not in refs, board.provenance[s]["model"].casefold(), s)):
             p = board.provenance[sub]
-            thr = part.filter(pl.col("submission") == sub)["frozen_threshold"][0]
-            models.append(ModelRow(sub, p["model"], p["team"], p["name"], thr, colour[sub],
-                                   f"models/{slug(sub)}.html", sub in refs))
+            mine = part.filter(pl.col("submission") == sub)
+            models.append(ModelRow(sub, p["model"], p["team"], p["name"], mine["frozen_threshold"][0], colour[sub],
+                                   f"models/{slug(sub)}.html", sub in refs,
+                                   board.statuses.get(sub, ("self-reported", None))[0],
+                                   bool(mine["matches_test_labels"].any())))
         cells = {(r["submission"], r["config"], r["metric"]): {k: r[k] for k in ("value", "lo", "hi", "n", "note")}
                  for r in part.iter_rows(named=True)}
         metrics = set(part["metric"].to_list())

@@ -31,6 +31,18 @@ VALIDATION = declare(
                description="Precision on the clean validation split at the frozen threshold."),
 )
 
+#: share of kept clean test boxes at which a row is flagged "matches the published test labels"
+LABEL_MATCH_FLAG = 0.5
+#: IoU at which a kept box counts as a copy of the GT box it is matched to
+LABEL_MATCH_IOU = 0.99
+LABEL_MATCH = declare(
+    MetricSpec("label_match", DETECTION_TRACKS, UNORDERED, "Share of kept boxes equal to a test label", bounds=UNIT,
+               description=f"Share of the kept clean test predictions whose IoU with the GT box they are matched "
+                           f"to is at least {LABEL_MATCH_IOU}: a detector rarely draws a box to the pixel; predictions "
+                           f"made from the published test labels do. At {LABEL_MATCH_FLAG} or more the row is "
+                           "flagged as matching the published test labels (flagged, not hidden)."),
+)
+
 # ------------------------------------------------------ WARP cloud-patch test
 
 WARP_PATCH = declare(

@@ -101,7 +101,8 @@ def cmd_remote(args) -> int:
         for line in report.lines():
             print(f"{args.dataset}: {line}", file=sys.stderr)
         return 2
+    from aegisbench.releases import release_note
     m = load_manifest(args.dataset)
     print(f"pulled from remote {remote.name!r}; {args.dataset}: OK ({len(m['files'])} files, "
-          f"digest {m['dataset_digest']})")
+          f"digest {m['dataset_digest']}: {release_note(m['dataset_digest'], m['benchmark_version'])})")
     return 0

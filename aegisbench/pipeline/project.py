@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 PAGE = Path("leaderboard/site/index.html")
 PROJECT_FILES = ("dvc.yaml",)
 PROJECT_DIRS = ("aegisbench",)  # dvc.yaml's code deps (the package, templates included)
+GITIGNORE = ("__pycache__/", "/private/", "/hosted/*", "!/hosted/store.dvc", "!/hosted/.gitignore")
 FAST_SOURCES = {
     "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
                       "small_size": [320, 320], "large_size": [640, 480]},
@@ -99,8 +100,12 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     if (checkout / "submissions/README.md").is_file():
         shutil.copy(checkout / "submissions/README.md", dest / "submissions/README.md")
     atomic_write_text(dest / "params.yaml", yaml.safe_dump(params, sort_keys=False))
+    ignore = dest / ".gitignore"
+    lines = ignore.read_text().splitlines() if ignore.is_file() else []
+    missing = [line for line in GITIGNORE if line not in lines]
+    if missing:  # the private key and a hosted board's state never reach the project's git
+        atomic_write_text(ignore, "\n".join([*lines, *missing]) + "\n")
     if not (dest / ".git").exists():
-        atomic_write_text(dest / ".gitignore", "__pycache__/\n")
         _call(["git", "init", "-q"], dest)
     if not (dest / ".dvc").exists():
         _call([sys.executable, "-m", "dvc", "init", "-q"], dest)

@@ -135,7 +135,8 @@ def build_board(project: HostedProject, standing: list[str], out: Path, pipeline
     hosted = [project.hosted_results / s for s in standing]
     preview = _preview(project)
     report = build_leaderboard(None, project.dataset, out, references=project.rules.references, preview=preview,
-                               extra_results=[*pipeline, *hosted])
+                               extra_results=[*pipeline, *hosted], private=project.root,
+                               submissions=[project.submissions, project.root / "submissions"])
     inputs = {"pipeline": {p.name: tree_sha256(p) for p in pipeline},
               "hosted": {p.name: tree_sha256(p) for p in hosted},
               "preview": tree_sha256(preview) if preview else None}

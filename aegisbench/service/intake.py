@@ -79,8 +79,12 @@ class Host:
 
     @property
     def index(self) -> DatasetIndex:
+        """The dataset index; with withheld test labels, their private label repo
+        (``private/labels`` of the project) is read by the scoring side only."""
         if self._index is None:
-            self._index = DatasetIndex(self.project.dataset, verify=self.verify)
+            labels = self.project.private_labels
+            self._index = DatasetIndex(self.project.dataset, verify=self.verify,
+                                       labels=labels if labels.is_dir() else None)
         return self._index
 
 

@@ -70,6 +70,12 @@ class HostedProject:
         return self.root / "results"
 
     @property
+    def private_labels(self) -> Path:
+        """The private label repo of withheld test splits (``paths.private_labels``, default
+        ``private/labels``)."""
+        return self.root / (self.raw_params.get("paths") or {}).get("private_labels", "private/labels")
+
+    @property
     def hosted(self) -> Path:
         return self.root / HOSTED
 

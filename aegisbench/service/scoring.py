@@ -43,7 +43,7 @@ from sqlalchemy import select, update
 
 from aegisbench.atomic import clean_leftovers, output_lock
 from aegisbench.errors import BadInput, printable
-from aegisbench.evaluation.evaluator import evaluate
+from aegisbench.evaluation.evaluator import check_identity, evaluate
 from aegisbench.evaluation.results import write_results
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
 from aegisbench.service.db import FINAL, add_event, submissions
@@ -163,6 +163,7 @@ def score(host, sid: str, executor=None) -> dict:
                     raise
                 time.sleep(1.0)
         clean_leftovers(out)
+        check_identity(sub, project.hosted_results)
         try:
             evaluation = evaluate(sub, host.index, params, progress=False, executor=executor)
         except BadInput as exc:

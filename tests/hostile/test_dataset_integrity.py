@@ -32,6 +32,7 @@ from aegisbench.cli import main
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.evaluation.dataset import DatasetIndex, read_split_gt
 from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.params import Params
 
 SOURCES = {"synthetic_sar": {"n_train": 1, "n_val": 2, "n_test": 3, "images_per_flight": 1},
            "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3}}
@@ -124,7 +125,9 @@ def test_honest_repo_passes_and_its_content_recomputes_to_the_manifest(honest, c
         kinds.add(config.split("_")[0])
     assert {"clean", "low", "firespread"} <= kinds
     assert main(["verify", str(repo)]) == 0
-    assert capsys.readouterr().out.strip() == f"{repo}: OK ({len(m['files'])} files, digest {m['dataset_digest']})"
+    assert capsys.readouterr().out.strip() == (f"{repo}: OK ({len(m['files'])} files, digest {m['dataset_digest']}: "
+                                               "not a released digest: benchmark 0.5.0 of the embedded default was "
+                                               "released as 5f089529f827)")
     assert verify_repo(repo, cache=True).ok and sorted(repo.rglob("*")) == files  # nothing written into the repo
 
 
@@ -148,7 +151,7 @@ def test_replaced_shard_with_rehashed_file_entry_fails_and_evaluate_refuses(repo
     assert SAR in _one_line_error(capsys) and not (tmp_path / "results").exists()
 
 
-def test_a_consistent_rewrite_passes_only_under_a_new_digest(repo, honest):
+def test_a_consistent_rewrite_passes_only_under_a_new_digest(repo, honest, capsys):
     m = _manifest(repo)
     rows = _rewrite(repo / SAR, _no_boxes)
     _rehash(repo, m, SAR)
@@ -166,7 +169,36 @@ def test_a_consistent_rewrite_passes_only_under_a_new_digest(repo, honest):
     card.write_text(render_card(m, *card_inputs(card.read_text())))
     _save(repo, _rehash(repo, m, "README.md"))
     assert verify_repo(repo).ok  # a consistent repo, but another dataset: its identity changed
-    assert m["dataset_digest"] != _manifest(honest[0])["dataset_digest"]
+    released = _manifest(honest[0])["dataset_digest"]
+    assert m["dataset_digest"] != released
+    # ... which verify --expect names: the digest that was released is the one a user pins
+    assert main(["verify", str(repo), "--expect", released]) == 2
+    err = _one_line_error(capsys)
+    assert f"the dataset digest is {m['dataset_digest']}, not the expected {released}" in err
+    assert main(["verify", str(honest[0]), "--expect", released]) == 0
+
+
+def test_source_text_in_the_card_is_inert(tmp_path):
+    """A source description carrying a heading, an image with an onerror handler and a
+    javascript: link, and a citation that tries to close its code fence, are data in the card:
+    escaped, capped, fenced; the repo verifies, and the card verify re-renders is the same."""
+    hostile = ("# Owned\n<img src=x onerror=alert(1)> [click](javascript:alert(1)) | broken table "
+               + "x" * 2000)
+    params = tiny_params(tmp_path, SOURCES, [], firespread=None)
+    raw = dict(params.raw)
+    raw["sources"] = {k: dict(v, description=hostile, citation="@misc{x}\n```\n<script>alert(1)</script>")
+                      for k, v in raw["sources"].items()}
+    params = Params.from_dict(raw)
+    materialize(params)
+    build_repo(params, progress=False)
+    repo = Path(params.dataset_dir)
+    card = (repo / "README.md").read_text()
+    body = card[:card.index("<!-- aegisbench-card-inputs")]
+    assert "<img" not in body and "[click](javascript" not in body and "\n# Owned" not in body
+    assert "&lt;img src=x onerror=alert(1)&gt; \\[click\\](javascript:alert(1)) \\| broken table" in body
+    assert "x" * 600 not in body and "x" * 400 in body  # capped
+    assert "````bibtex" in body and "<script>" not in body.split("````bibtex")[0]
+    assert verify_repo(repo).ok
 
 
 @pytest.mark.parametrize("pair", [(SAR, "clean/synthetic_sar-00001-of-00002.parquet"),
