@@ -54,6 +54,30 @@ _TMP = re.compile(r"(\d{1,10})\.[A-Za-z0-9_]+\.tmp")  # after ".<name>."
 _HELD: dict[str, list] = {}  # lock file -> [fd, depth, pid] of the locks this process holds
 
 
+#: errnos of a write that ran out of room (a full disk, a quota, the process's file size limit)
+WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+@contextlib.contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Name ``path`` on an out-of-room error raised in the block that names no file (a
+    failed ``write()`` carries none), so the message says which file could not be written.
+
+    >>> try:
+    ...     with writing("out/a.json"):
+    ...         raise OSError(errno.ENOSPC, "No space left on device")
+    ... except OSError as exc:
+    ...     exc.filename
+    'out/a.json'
+    """
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is None and exc.errno in WRITE_ERRNOS:
+            exc.filename = os.fspath(path)
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it over ``path`` on success."""
@@ -64,10 +88,11 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     os.chmod(tmp_path, 0o644)  # mkstemp creates 0600; published files are world-readable
     try:
-        yield tmp_path
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp_path, path)
+        with writing(path):
+            yield tmp_path
+            with open(tmp_path, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -276,8 +301,14 @@ def _acquire(lock: Path, final: Path) -> int:
         except FileNotFoundError:
             same = False
         if same:  # not a lock file its last holder removed while we opened it
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            try:
+                with writing(lock):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            except BaseException:  # (a full disk): no lock file is left behind
+                lock.unlink(missing_ok=True)
+                os.close(fd)
+                raise
             return fd
         os.close(fd)
 
@@ -298,7 +329,11 @@ def output_lock(final: str | Path) -> Iterator[Path]:
         return
     created = [p for p in (final.parent, *final.parent.parents) if not p.exists()]
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd = _acquire(lock, final)
+    try:
+        fd = _acquire(lock, final)
+    except BaseException:
+        _remove_created(created)
+        raise
     _HELD[str(lock)] = [fd, 1, os.getpid()]
     try:
         yield lock
@@ -307,62 +342,12 @@ def output_lock(final: str | Path) -> Iterator[Path]:
         lock.unlink(missing_ok=True)  # while still held: a waiter that opened it retries on a new file
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-        for folder in created:  # a refused run leaves no empty folders the lock made
-            with contextlib.suppress(OSError):
-                folder.rmdir()
+        _remove_created(created)
 
 
-# ------------------------------------------------------------------ staged folders
-
-
-def drop_partial_writes(root: Path) -> None:
-    """Delete the temp files of writes that never reached their rename (:func:`atomic_path`
-    uses ``*.tmp`` names), so a resumed or finished folder holds none."""
-    for leftover in Path(root).rglob("*.tmp"):
-        leftover.unlink(missing_ok=True)
-
-
-def resumable_dir(final: str | Path, tag: str) -> Path:
-    """A staging sibling ``.<name>.<tag>`` that survives a failed run so the next one
-    resumes in it: created if missing, half-written ``*.tmp`` files dropped. Swap it in
-    with :func:`replace_dir` once complete.
-
-    >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp())
-    >>> work = resumable_dir(root / "run", "partial")
-    >>> work.name, resumable_dir(root / "run", "partial") == work
-    ('.run.partial', True)
-    """
-    staging = staging_path(final, tag)
-    staging.mkdir(parents=True, exist_ok=True)
-    drop_partial_writes(staging)
-    return staging
-
-
-@contextlib.contextmanager
-def staged_dir(final: str | Path) -> Iterator[Path]:
-    """Build a folder in a fresh staging sibling, swapped in whole when the block
-    succeeds and removed when it fails (``final`` is then left untouched). Holds the
-    output's lock throughout and first clears what killed writers left. The one
-    staged-write helper; :func:`resumable_dir` is its resumable variant.
-
-    >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp())
-    >>> with staged_dir(root / "site") as tmp:
-    ...     _ = (tmp / "index.html").write_text("ok")
-    >>> (root / "site" / "index.html").read_text(), sorted(p.name for p in root.iterdir())
-    ('ok', ['site'])
-    """
-    final = Path(final)
-    with output_lock(final):
-        clean_leftovers(final)
-        staging = staging_path(final, f"staging-{os.getpid()}")
-        if staging.exists():
-            shutil.rmtree(staging)
-        staging.mkdir()
-        try:
-            yield staging
-            replace_dir(staging, final)
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+def _remove_created(created: list[Path]) -> None:
+    """Remove the folders a lock made, deepest first, where still empty (a refused or failed
+    run leaves no empty folders behind)."""
+    for folder in created:
+        with contextlib.suppress(OSError):
+            folder.rmdir()

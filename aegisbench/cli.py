@@ -26,7 +26,7 @@ import os
 import sys
 import textwrap
 
-from aegisbench import __version__, logs, progress
+from aegisbench import __version__, logs, overlap, progress
 from aegisbench.errors import BadInput, printable
 from aegisbench.logs import MAX_LOG_CHARS, OneLineFormatter  # noqa: F401  (re-exported)
 
@@ -234,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     for old, new in getattr(args, "deprecated_flags", None) or []:
         log.warning("%s is deprecated, use %s (same meaning)", old, new)
     try:
+        overlap.check_args(args)  # no command writes over its own inputs
         rc = args.func(args)
     except (BadInput, OSError, UnicodeEncodeError) as exc:
         message = user_error(exc)

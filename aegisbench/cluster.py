@@ -18,6 +18,11 @@ the command's data paths it cannot see. The first node that differs from the dri
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
+import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -131,3 +136,95 @@ def preflight(paths: Iterable[str | Path] = ()) -> dict[str, str]:
             raise BadInput("; ".join(diff), where=names[node["NodeID"]])
     log.info("Ray cluster: %d node(s) run this aegisbench and see %s", len(nodes), ", ".join(wanted) or "no paths")
     return names
+
+
+# ------------------------------------------------------------------ reaching the cluster
+CONNECT_TIMEOUT_S = 5.0
+#: How long the first GCS call to a ``--ray-address`` may take (a live GCS answers in milliseconds;
+#: Ray's own connect warning comes at 5 s, its next at 10 s).
+GCS_TIMEOUT_S = 6.0
+
+
+def probe_address(address: str) -> str:
+    """``HOST:PORT`` of ``address`` (``auto`` resolved); BadInput at once when nothing
+    listens there: Ray itself retries for minutes."""
+    from ray._private import services
+
+    if address.startswith("ray://"):
+        target = address[len("ray://"):]
+    else:
+        try:
+            target = services.canonicalize_bootstrap_address(address)
+        except ConnectionError as exc:
+            raise BadInput(f"no running Ray cluster found ({exc})".replace("\n", " "), where="--ray-address") from None
+        if target is None:
+            raise BadInput("no running Ray cluster found", where="--ray-address")
+    host, _, port = target.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            pass
+    except OSError as exc:  # named as given; Ray may have resolved 127.0.0.1 to this node's address
+        seen = f"{target}: " if target != address else ""
+        raise BadInput(f"cannot reach a Ray cluster at {address} ({seen}{exc.strerror or exc})",
+                       where="--ray-address") from None
+    return target
+
+
+def _ray_reason(text: str) -> str:
+    """Ray's last log line in ``text`` without its ``[time level pid tid] file.cc:N:`` prefix."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return re.sub(r"^\[[^\]]*\]\s*[\w.]+:\d+:\s*", "", lines[-1]) if lines else ""
+
+
+def check_gcs(target: str, address: str | None = None) -> None:
+    """BadInput when the cluster at ``target`` refuses this process's token (wrong, expired,
+    missing): one GCS call (Ray itself retries for 20 s), its C++ warning kept off stderr.
+    BadInput as well, naming ``address`` as given and Ray's own reason, when no Ray GCS
+    answers there within :data:`GCS_TIMEOUT_S` (something else listens on the port: Ray
+    would wait 40 s here and then retry in ``ray.init`` without end)."""
+    if target.startswith("ray://"):
+        return
+    import tempfile
+
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            GcsClient(address=target)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - judged below, in the caller's thread
+            outcome.append(exc)
+
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as sink:
+            sys.stderr.flush()
+            os.dup2(sink.fileno(), 2)
+            try:
+                thread = threading.Thread(target=call, name="ray-gcs-check", daemon=True)
+                thread.start()  # (GcsClient waits with the GIL released: a daemon left waiting ends with us)
+                thread.join(GCS_TIMEOUT_S)
+            finally:
+                os.dup2(saved, 2)
+            sink.seek(0)
+            said = _ray_reason(sink.read(64 * 1024).decode("utf-8", "replace"))
+    finally:
+        os.close(saved)
+    shown = address or target
+    seen = f"{target}: " if target != shown else ""
+    if not outcome:
+        raise BadInput(f"cannot reach a Ray cluster at {shown} ({seen}no Ray GCS answered within {GCS_TIMEOUT_S:g} s"
+                       f"{'; Ray: ' + said if said else ''})", where="--ray-address")
+    exc = outcome[0]
+    if isinstance(exc, AuthenticationError):
+        raise BadInput("the Ray cluster refused this process's token (token authentication: the cluster's "
+                       "token in RAY_AUTH_TOKEN or ~/.ray/auth_token, and RAY_AUTH_MODE=token)",
+                       where=target) from None
+    if exc is not None and "Timed out while waiting for GCS" in str(exc):
+        raise BadInput(f"cannot reach a Ray cluster at {shown} ({seen}{type(exc).__name__}: {str(exc).strip()})",
+                       where="--ray-address") from None
+    if exc is not None:  # anything else: ray.init reports it
+        log.debug("GCS check of %s: %s", target, exc)

@@ -34,7 +34,6 @@ import logging
 import os
 import re
 import signal
-import socket
 import sys
 import threading
 import time
@@ -46,13 +45,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from aegisbench import isa
+from aegisbench.cluster import check_gcs, probe_address
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
 
 KINDS = ("local", "ray")
 _ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9_.\-]+:\d{1,5}|(ray://)?\[[0-9A-Fa-f:.]+\]:\d{1,5})$")
-CONNECT_TIMEOUT_S = 5.0
 ENV = {"kind": "AEGISBENCH_EXECUTOR", "workers": "AEGISBENCH_WORKERS", "ray_address": "AEGISBENCH_RAY_ADDRESS"}
 
 
@@ -127,7 +126,7 @@ def export_env(kind: str | None, workers: int | None, ray_address: str | None, d
     if ex.kind == "ray":
         import_ray()
         if ex.ray_address is not None:
-            _probe(ex.ray_address)
+            probe_address(ex.ray_address)
     for key, value in (("kind", kind), ("workers", workers), ("ray_address", ray_address)):
         if value is not None:
             os.environ[ENV[key]] = str(value)
@@ -140,60 +139,6 @@ def import_ray():
     except ImportError:
         raise BadInput("--executor ray needs Ray: pip install 'aegisbench[ray]'", where="--executor") from None
     return ray
-
-
-def _probe(address: str) -> str:
-    """``HOST:PORT`` of ``address`` (``auto`` resolved); BadInput at once when nothing
-    listens there: Ray itself retries for minutes."""
-    from ray._private import services
-
-    if address.startswith("ray://"):
-        target = address[len("ray://"):]
-    else:
-        try:
-            target = services.canonicalize_bootstrap_address(address)
-        except ConnectionError as exc:
-            raise BadInput(f"no running Ray cluster found ({exc})".replace("\n", " "), where="--ray-address") from None
-        if target is None:
-            raise BadInput("no running Ray cluster found", where="--ray-address")
-    host, _, port = target.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
-            pass
-    except OSError as exc:  # named as given; Ray may have resolved 127.0.0.1 to this node's address
-        seen = f"{target}: " if target != address else ""
-        raise BadInput(f"cannot reach a Ray cluster at {address} ({seen}{exc.strerror or exc})",
-                       where="--ray-address") from None
-    return target
-
-
-def _check_token(target: str) -> None:
-    """BadInput when the cluster at ``target`` refuses this process's token (wrong, expired,
-    missing): one GCS call (Ray itself retries for 20 s), its C++ warning kept off stderr."""
-    if target.startswith("ray://"):
-        return
-    import tempfile
-
-    from ray._raylet import GcsClient
-    from ray.exceptions import AuthenticationError
-
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile() as sink:
-            sys.stderr.flush()
-            os.dup2(sink.fileno(), 2)
-            try:
-                GcsClient(address=target)
-            finally:
-                os.dup2(saved, 2)
-    except AuthenticationError:
-        raise BadInput("the Ray cluster refused this process's token (token authentication: the cluster's "
-                       "token in RAY_AUTH_TOKEN or ~/.ray/auth_token, and RAY_AUTH_MODE=token)",
-                       where=target) from None
-    except Exception as exc:  # noqa: BLE001 - anything else: ray.init reports it
-        log.debug("GCS check of %s: %s", target, exc)
-    finally:
-        os.close(saved)
 
 
 def connect(executor: Executor, paths: Iterable = ()) -> None:
@@ -217,8 +162,8 @@ def connect(executor: Executor, paths: Iterable = ()) -> None:
         ray.init(num_cpus=executor.workers, **quiet)
         log.info("started a local Ray with %d CPU(s)", executor.workers)
         return
-    target = _probe(executor.ray_address)
-    _check_token(target)
+    target = probe_address(executor.ray_address)
+    check_gcs(target, executor.ray_address)
     try:
         ray.init(address=executor.ray_address, **{k: v for k, v in quiet.items() if k != "include_dashboard"})
     except (RuntimeError, ConnectionError) as exc:

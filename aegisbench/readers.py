@@ -28,6 +28,7 @@ import json
 import os
 import stat
 import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,8 @@ MAX_NESTING = 64
 MAX_YAML_NODES = 1_000_000
 #: Largest YAML or JSON file read whole by :func:`read_yaml` / :func:`read_json`.
 MAX_TEXT_BYTES = 256 * 1024**2
+#: Largest annotation file of a source folder (a COCO instances JSON of a large set is ~0.5 GB).
+MAX_ANNOTATION_BYTES = 1024**3
 #: Largest image file decoded, and most pixels (width x height) of a decoded image.
 MAX_IMAGE_BYTES = 512 * 1024**2
 MAX_IMAGE_PIXELS = 100_000_000
@@ -50,11 +53,21 @@ MAX_IMAGE_PIXELS = 100_000_000
 MAX_ID_CHARS = 64
 MAX_SUBMISSION_ENTRIES = 1_000_000
 MAX_SUBMISSION_DEPTH = 8
+#: Most bytes of all the files of one submission folder together.
+MAX_SUBMISSION_BYTES = 8 * 1024**3
 #: Most rows of one Parquet predictions file, largest YOLO txt and COCO results file (the
 #: size limit of ``ValidationLimits.max_file_bytes`` applies to every file as well).
 MAX_PREDICTION_ROWS = 20_000_000
+#: Most decoded bytes a row of a submitted Parquet file holds on average (from the footer).
+MAX_ROW_BYTES = 4096
 MAX_YOLO_FILE_BYTES = 64 * 1024**2
 MAX_COCO_FILE_BYTES = 256 * 1024**2
+#: Largest file of a results folder the leaderboard reads (metrics, provenance, strata,
+#: attachments), from its size before reading, and most rows of a results table, from the
+#: Parquet footer before any row is read (an evaluation writes a few thousand; a folder
+#: past either is skipped with its reason).
+MAX_RESULT_FILE_BYTES = 64 * 1024**2
+MAX_RESULT_ROWS = 1_000_000
 
 _KINDS = ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
           (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a folder"))
@@ -107,14 +120,30 @@ def read_regular_bytes(path: str | Path, what: str, limit: int, follow: bool = T
             raise BadInput(f"{what} is {file_kind(st.st_mode)}, not a regular file", where=str(path))
         if st.st_size > limit:
             raise BadInput(f"{what} is {st.st_size} bytes, larger than the limit of {limit}", where=str(path))
-        data = fh.read(limit + 1)
+        data = read_upto(fh, st.st_size, limit)  # memory: the file's size, not the limit
     if len(data) > limit:  # grew while being read
         raise BadInput(f"{what} is larger than the limit of {limit} bytes", where=str(path))
     return data
 
 
-def _text(path: Path, what: str) -> str:
-    data = read_regular_bytes(path, what, MAX_TEXT_BYTES)
+def read_upto(fh, size: int, limit: int) -> bytes:
+    """At most ``limit + 1`` bytes of ``fh``: its stated ``size`` (+1) first, then 1 MiB at a
+    time while it grows (never a ``limit``-sized buffer for a small file)."""
+    chunks, total, want = [], 0, min(size, limit) + 1
+    while total <= limit:
+        chunk = fh.read(min(want, limit + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+        want = 1 << 20
+    return b"".join(chunks)
+
+
+def read_text(path: str | Path, what: str, limit: int = MAX_TEXT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``limit`` bytes; BadInput naming the file
+    (and the byte) when it is larger, not a regular file or not UTF-8."""
+    data = read_regular_bytes(path, what, limit)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -214,12 +243,12 @@ def load_json(text: str | bytes, where: str, nesting: bool = True) -> Any:
 
 def read_yaml(path: str | Path, what: str = "YAML file") -> Any:
     path = Path(path)
-    return load_yaml(_text(path, what), str(path))
+    return load_yaml(read_text(path, what), str(path))
 
 
-def read_json(path: str | Path, what: str = "JSON file") -> Any:
+def read_json(path: str | Path, what: str = "JSON file", limit: int = MAX_TEXT_BYTES) -> Any:
     path = Path(path)
-    return load_json(_text(path, what), str(path))
+    return load_json(read_text(path, what, limit), str(path))
 
 
 # ------------------------------------------------------------------ image headers
@@ -316,6 +345,51 @@ def check_image_bytes(data: bytes, where: str) -> tuple[int, int]:
         raise BadInput(f"image header declares {w}x{h} = {w * h} pixels, more than the limit of "
                        f"{MAX_IMAGE_PIXELS} (refused before decoding)", where=where)
     return w, h
+
+
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}  # colour type -> samples per pixel
+_ADAM7 = ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2))
+
+
+def _png_expected_bytes(w: int, h: int, depth: int, channels: int, interlaced: bool) -> int:
+    def rows(pw: int, ph: int) -> int:
+        return ph * (1 + (pw * channels * depth + 7) // 8) if pw and ph else 0
+    if not interlaced:
+        return rows(w, h)
+    return sum(rows(max(0, -(-(w - x0) // dx)), max(0, -(-(h - y0) // dy))) for x0, y0, dx, dy in _ADAM7)
+
+
+def check_png_payload(data: bytes, where: str) -> None:
+    """BadInput when a PNG's compressed pixels do not make exactly the image its header
+    declares: more data than ``width x height`` (a decoder keeps the header's size and only
+    warns) or less (a truncated file). Inflated in 1 MiB steps, never held whole.
+
+    >>> import numpy as np, cv2
+    >>> check_png_payload(cv2.imencode(".png", np.zeros((7, 13, 3), np.uint8))[1].tobytes(), "x.png")
+    """
+    w, h = struct.unpack(">II", data[16:24])
+    depth, colour, interlace = data[24], data[25], data[28]
+    if colour not in _PNG_CHANNELS or len(data) < 33:
+        return  # the decoder refuses what it cannot read
+    expected = _png_expected_bytes(w, h, depth, _PNG_CHANNELS[colour], bool(interlace))
+    inflate, got, i = zlib.decompressobj(), 0, 8
+    try:
+        while i + 8 <= len(data) and got <= expected:
+            length, kind = struct.unpack(">I4s", data[i:i + 8])
+            if kind == b"IDAT":
+                pending = data[i + 8:i + 8 + length]
+                while pending and got <= expected:
+                    got += len(inflate.decompress(pending, min(1 << 20, expected + 1 - got)))
+                    pending = inflate.unconsumed_tail
+            elif kind == b"IEND":
+                break
+            i += 12 + length
+    except zlib.error as exc:
+        raise BadInput(f"corrupt PNG pixel data ({exc})", where=where) from None
+    if got > expected:
+        raise BadInput(f"PNG pixel data holds more than the {w}x{h} image its header declares", where=where)
+    if got < expected:
+        raise BadInput(f"PNG pixel data ends before the {w}x{h} image its header declares (truncated)", where=where)
 
 
 def read_image_bytes(path: str | Path) -> bytes:

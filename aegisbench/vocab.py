@@ -71,6 +71,8 @@ COMPOUND = "compound"
 WARP_NOISE = "warp_noise"
 FIRESPREAD_ENSEMBLE = "firespread_ensemble"
 FIRESPREAD_STATISTIC = "firespread_statistic"
+#: the pooled Var[Z_t]-stratified rows a fire-spread evaluation writes beside its metrics
+STRATA_FILE = "strata.parquet"
 CONDITION_KINDS = (CLEAN, CORRUPTION, COMPOUND, WARP_NOISE, FIRESPREAD_ENSEMBLE, FIRESPREAD_STATISTIC)
 #: Results-only config of the WARP cloud-patch test, and its ``corruption`` value.
 WARP_PATCH = "warp_patch"
@@ -202,6 +204,19 @@ REQUIRED_FIELDS = ("name", "team", "track", "model", "contact", "license", "desc
 #: Keys a submission may not set: the evaluator freezes the threshold itself.
 THRESHOLD_KEYS = frozenset({"threshold", "thresholds", "conf_threshold", "confidence_threshold",
                             "score_threshold", "frozen_threshold"})
+#: Threshold-like names (case-insensitive): ``thresh`` anywhere, the word ``thr``, or a
+#: confidence / score word joined to ``min``, ``cut`` or ``thr`` (either order).
+THRESHOLD_PATTERN = re.compile(r"thresh|(?<![a-z])thr(?![a-z])|(conf|confidence|score)[^a-z0-9]?(min|cut|thr)"
+                               r"|(min|cut)[^a-z0-9]?(conf|confidence|score)", re.IGNORECASE)
+
+
+def is_threshold_key(name: object) -> bool:
+    """Whether a ``submission.yaml`` key or a column name sets a threshold (refused, in every track).
+
+    >>> is_threshold_key("conf_min"), is_threshold_key("Threshold"), is_threshold_key("probability")
+    (True, True, False)
+    """
+    return str(name).lower() in THRESHOLD_KEYS or THRESHOLD_PATTERN.search(str(name)) is not None
 
 # ------------------------------------------------------------------------- WARP
 

@@ -99,3 +99,16 @@ def rows_of(folder: Path) -> list[dict]:
 
 def rewrite_rows(folder: Path, rows: list[dict], schema: pa.Schema | None = None) -> None:
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / "predictions.parquet")
+
+
+def write_yolo_predictions(folder: Path, index: DatasetIndex, table: dict, cls: int = 0) -> Path:
+    """``table`` as YOLO txt files ``folder/predictions/<config>/<split>/<image_id>.txt`` of class ``cls``."""
+    for (c, s, i), det in table.items():
+        g = index.gt(c, s)
+        w, h = int(g.width[g.position[i]]), int(g.height[g.position[i]])
+        d = folder / "predictions" / c / s
+        d.mkdir(parents=True, exist_ok=True)
+        lines = [f"{cls} {(b[0] + b[2]) / 2 / w:.8f} {(b[1] + b[3]) / 2 / h:.8f} {(b[2] - b[0]) / w:.8f} "
+                 f"{(b[3] - b[1]) / h:.8f} {sc:.6f}" for b, sc in zip(det.xyxy, det.score)]
+        (d / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    return folder

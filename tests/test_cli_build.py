@@ -97,7 +97,8 @@ def test_build_bad_input_names_file_and_writes_nothing(case, sard, tmp_path, mon
 
 
 def test_bad_class_map_and_missing_params(tmp_path, capsys):
-    rc = _build(tmp_path, "--source-dir", str(tmp_path), "--format", "voc", "--name", "x",
+    (tmp_path / "src").mkdir()
+    rc = _build(tmp_path, "--source-dir", str(tmp_path / "src"), "--format", "voc", "--name", "x",
                 "--class-map", "person")
     assert rc == 2 and "--class-map" in capsys.readouterr().err
     assert main(["sources", "--params", str(tmp_path / "nope.yaml")]) == 2

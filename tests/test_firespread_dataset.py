@@ -226,7 +226,8 @@ def _broken(repo, tmp_path, mutate) -> str:
     (lambda k, m: (k, m + 1.5), "row 0 field probability: value outside [0, 1]"),
     (lambda k, m: (k, m[:, :, :-1]), "row 0 field probability: map rows must have 16 values"),
     (lambda k, m: (k[:-1], m[:-1]), "coverage: 1 of"),
-    (lambda k, m: (k + k[:1], np.concatenate([m, m[:1]])), "field t: duplicate forecast"),
+    (lambda k, m: (k + k[:1], np.concatenate([m, m[:1]])), "more than the 72 forecast targets of the dataset"),
+    (lambda k, m: (k[:-1] + k[:1], np.concatenate([m[:-1], m[:1]])), "field t: duplicate forecast"),
     (lambda k, m: ([("firespread_s5", *k[0][1:])] + k[1:], m), "row 0 field config: no such forecast target"),
     (lambda k, m: ([(k[0][0], 0, *k[0][2:])] + k[1:], m), "row 0 field initial_condition"),
 ])

@@ -28,15 +28,15 @@ from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_grap
 
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
          "pipeline", "service")
-_LEAVES = ("hashing", "errors", "isa", "atomic", "readers", "params", "vocab", "importgraph", "executor", "cluster",
-           "private", "attestation", "releases",
+_LEAVES = ("hashing", "errors", "isa", "atomic", "staging", "readers", "params", "vocab", "importgraph", "executor", "cluster",
+           "private", "attestation", "releases", "overlap",
            "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
            "firespread.params", "firespread.streams", "firespread.ensemble",
            # the numerical core of scoring: pure functions of boxes and scores (the matcher,
            # COCO mAP, the frozen-threshold rule); the reference trainer reports with them too
            "evaluation.matching", "evaluation.coco", "evaluation.threshold", "evaluation.version")
-_SOURCES = ("builders.sources", "builders.adapters", "builders.adapters_formats", "builders.adapters_coco",
+_SOURCES = ("builders.sources", "builders.adapters", "builders.adapters_formats", "builders.adapters_coco", "builders.adapters_diagnose",
             "builders.synthetic_common", "builders.synthetic_people", "builders.synthetic_sar",
             "builders.synthetic_terrain", "builders.synthetic_smoke", "builders.splits", "builders.source_table")
 _SUBMISSIONS = ("predictions", "detectors", "evaluation.formats", "evaluation.rows",
@@ -55,6 +55,7 @@ LAYERS = {
     "aegisbench.firespread.track": "evaluation",
     "aegisbench.firespread.ndws": "evaluation",
     "aegisbench.leaderboard.results": "results",
+    "aegisbench.leaderboard.result_files": "results",
     "aegisbench.leaderboard": "leaderboard",
     "aegisbench.firespread.report": "leaderboard",
     "aegisbench.pipeline": "pipeline",
@@ -133,7 +134,8 @@ def test_layers_classify_as_the_data_flow_says(graph):
                 "aegisbench.builders.synthetic_sar": "sources", "aegisbench.builders.hfrepo": "builders",
                 "aegisbench.detectors.runner": "submissions", "aegisbench.evaluation.coco": "leaf",
                 "aegisbench.evaluation.scoring": "evaluation", "aegisbench.evaluation.submission": "evaluation",
-                "aegisbench.leaderboard.results": "results", "aegisbench.leaderboard.site": "leaderboard",
+                "aegisbench.leaderboard.results": "results",
+    "aegisbench.leaderboard.result_files": "results", "aegisbench.leaderboard.site": "leaderboard",
                 "aegisbench.pipeline.project": "pipeline", "aegisbench": "leaf"}
     assert {m: layer_of(graph, m) for m in expected} == expected
     assert is_cli("aegisbench.cli") and is_cli("aegisbench.pipeline.commands") and not is_cli("aegisbench.pipeline")

@@ -196,10 +196,10 @@ def test_cli_flags_and_bad_flags(hand_results, tmp_path, main, capsys):  # noqa:
     bad = {
         "--metrics must name a .json file": ["--metrics", str(tmp_path / "m.txt")],
         "--metrics names a folder": ["--metrics", str(tmp_path / "notes.json")],
-        "--metrics must not lie inside the --out folder": ["--metrics", str(tmp_path / "lb2" / "m.json")],
+        "another output of the command: give them separate places": ["--metrics", str(tmp_path / "lb2" / "m.json")],
         "--plots names a file": ["--plots", str(tmp_path / "notes" / "keep.md")],
-        "--plots would replace the --results folder": ["--plots", str(tmp_path)],
-        "--plots must not lie inside": ["--plots", str(hand_results / "plots")],
+        "lies inside --plots": ["--plots", str(tmp_path)],  # --plots would hold --out and --results
+        "lies inside --results": ["--plots", str(hand_results / "plots")],
         "not a severity-plots folder (it holds 'keep.md')": ["--plots", str(tmp_path / "notes")],
         "--reference must be a submission id": ["--reference", ""],
     }

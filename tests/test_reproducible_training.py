@@ -126,7 +126,7 @@ def test_side_by_side_bad_input_trains_nothing(source, tmp_path, capsys):
             (["--source", "synthetic_sar", "--out", str(tmp_path / "a"), "--source", "nosuch",
               "--out", str(tmp_path / "b")], "nosuch.parquet"),
             (["--source", "synthetic_sar", "--out", str(tmp_path / "a"), "--source", "synthetic_smoke",
-              "--out", str(tmp_path / "a")], "same folder")):
+              "--out", str(tmp_path / "a")], "another output of the command")):
         assert main(base + argv) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and says in err[0], err

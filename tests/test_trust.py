@@ -208,3 +208,31 @@ def test_published_rows_refuse_bad_input(project, tmp_path, rows, flags, expect)
     done = run("import-published", str(table), "--id", "pub_bad", "--model", "m", *args, cwd=root, check=False)
     assert done.returncode == 2 and expect in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not (root / "results" / "pub_bad").exists()
+
+
+def test_labels_uploaded_to_the_server_are_flagged_and_ranked_below_the_verified_reference(project, repo, index,
+                                                                                           tmp_path):
+    """The same predictions made from the test labels, uploaded honestly to the hosted leaderboard of
+    this project: scored, self-reported, flagged, and ranked below the verified reference."""
+    from _servicekit import Server, Worker, add_team, files_of, upload, wait_final
+    root, _ = project
+    (root / "params.yaml").write_text(yaml.safe_dump({
+        "benchmark_version": index.version, "paths": {"dataset": str(repo)}, "evaluation": {"n_resamples": 20},
+        "hosting": {"references": ["reference_sar"], "versioning": "none", "lease_seconds": 4}}))
+    token = add_team(root, "Label copiers")
+    folder = write_submission(tmp_path / "upload", index, "sar", gt_table(index, "sar"), name="copied labels")
+    server, worker = Server(root), Worker(root)
+    try:
+        sid = upload(server, token, files_of(folder)).json()["id"]
+        assert wait_final(server, token, sid)["status"] == "scored"
+    finally:
+        worker.stop()
+        server.stop()
+    long = pl.read_parquet(root / "hosted" / "leaderboard" / "leaderboard.parquet")
+    rows = dict(long.select("submission", "status").unique().iter_rows())
+    assert rows[sid] == "self-reported" and rows["reference_sar"] == "verified"
+    assert long.filter(pl.col("submission") == sid)["matches_test_labels"].all()
+    ranks = pl.read_parquet(root / "hosted" / "leaderboard" / "views" / "ranks.parquet").filter(
+        (pl.col("metric") == "recall") & (pl.col("config") == "clean"))
+    order = ranks.sort("rank")["submission"].to_list()
+    assert order.index("reference_sar") < order.index(sid)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from _evalkit import gt_table, meta, rewrite_rows, rows_of, write_submission
+from _evalkit import gt_table, meta, rewrite_rows, rows_of, write_submission, write_yolo_predictions
 from aegisbench.cli import main
 from aegisbench.evaluation.dataset import export_coco
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
@@ -176,8 +176,9 @@ def test_declared_empty_split_must_be_empty(good, index):
 
 def test_file_size_limit(good, index):
     size = (good / "predictions.parquet").stat().st_size
-    assert problems_of(good, index, ValidationLimits(max_file_bytes=100)) == [
-        f"predictions.parquet: file is {size} bytes, larger than the limit of 100 bytes"]
+    assert problems_of(good, index, ValidationLimits(max_file_bytes=size - 1)) == [
+        f"predictions.parquet: file is {size} bytes, larger than the limit of {size - 1} bytes "
+        "(refused before it is read)"]
 
 
 def test_symbolic_links_are_refused(good, index, tmp_path):
@@ -293,14 +294,7 @@ def test_yolo_txt_form_loads_the_same_predictions(tmp_path, index, good):
     folder = tmp_path / "yolo"
     folder.mkdir()
     shutil.copy(good / "submission.yaml", folder / "submission.yaml")
-    for (c, s, i), det in table.items():
-        g = index.gt(c, s)
-        w, h = int(g.width[g.position[i]]), int(g.height[g.position[i]])
-        d = folder / "predictions" / c / s
-        d.mkdir(parents=True, exist_ok=True)
-        lines = [f"0 {(b[0] + b[2]) / 2 / w:.8f} {(b[1] + b[3]) / 2 / h:.8f} {(b[2] - b[0]) / w:.8f} "
-                 f"{(b[3] - b[1]) / h:.8f} {sc:.6f}" for b, sc in zip(det.xyxy, det.score)]
-        (d / f"{i}.txt").write_text("\n".join(lines) + "\n")
+    write_yolo_predictions(folder, index, table)
     sub = validate_submission(folder, index)
     assert sub.form == "yolo" and _same(sub.predictions, table)
     some = next(p for p in sorted((folder / "predictions" / "clean" / "synthetic_sar").glob("*.txt"))

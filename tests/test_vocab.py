@@ -12,7 +12,7 @@ import pytest
 import aegisbench
 import aegisbench.corruptions as C
 from aegisbench import vocab as V
-from aegisbench.atomic import resumable_dir, staged_dir
+from aegisbench.staging import resumable_dir, staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.fields import (FieldError, FieldTypeError, Range, check_bool, check_choice, check_fields,
                                check_float, check_int)
@@ -258,7 +258,7 @@ def test_staged_and_resumable_dirs(tmp_path):
 
 _SHARED = {"pair_iou", "box_iou", "box_area", "percentile_interval", "resample_indices", "multiplicities",
            "count_ratios", "staged_dir", "resumable_dir", "drop_partial_writes", "check_fields", "warp_noise_config", "parse_corruption_config"}
-_HOME = {"aegisbench/geometry.py", "aegisbench/stats.py", "aegisbench/atomic.py", "aegisbench/fields.py",
+_HOME = {"aegisbench/geometry.py", "aegisbench/stats.py", "aegisbench/atomic.py", "aegisbench/staging.py", "aegisbench/fields.py",
          "aegisbench/vocab.py"}
 
 

@@ -45,6 +45,7 @@ import numpy as np
 from aegisbench.fields import check_int
 from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
+from aegisbench.builders.adapters_diagnose import empty_source_message
 from aegisbench.builders.source_table import SourceRecord, encode_png
 from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, assign_split,
                                         group_frames, hash_array, list_names, nearest,
@@ -52,7 +53,7 @@ from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, as
                                         validate_fractions, validate_split_lists)
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
-from aegisbench.readers import read_image_bytes
+from aegisbench.readers import check_png_payload, read_image_bytes
 from aegisbench.vocab import SOURCE_FORMATS
 
 log = logging.getLogger(__name__)
@@ -272,6 +273,8 @@ def read_image(path: Path) -> np.ndarray:
         sos = data.rfind(b"\xff\xda")
         if sos < 0 or data.find(b"\xff\xd9", sos) < 0:
             raise BadInput("truncated JPEG (no end-of-image marker)", where=str(path))
+    if data[:8] == b"\x89PNG\r\n\x1a\n":  # libpng decodes the header's size of other data with a warning only
+        check_png_payload(data, str(path))
     img = cv2.imdecode(np.frombuffer(data, np.uint8),
                        cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION) if data else None
     if img is None:
@@ -303,13 +306,11 @@ def _to_pixels(b: np.ndarray, refs, normalized: bool, width: int, height: int, w
 
 
 class SourceStream:
-    """Single-pass iterator of a source's records; ``report`` once it is exhausted.
+    """Single-pass iterator of a source's records; ``report`` once it is exhausted. Annotations
+    are parsed (class-mapped, area-checked) when the stream is made, so annotation errors surface
+    before any image is decoded; with ``require_boxes`` a source without a box is refused."""
 
-    Annotations are parsed (and class-mapped, area-checked) when the stream is made,
-    so annotation errors surface before any image is decoded.
-    """
-
-    def __init__(self, spec: SourceSpec):
+    def __init__(self, spec: SourceSpec, require_boxes: bool = True):
         self.spec = spec
         parsed = _parse(spec)
         self._dropped, self._base = dict(parsed.dropped), parsed.coordinate_base
@@ -317,6 +318,8 @@ class SourceStream:
             if r.expected_size is not None:
                 pixel_boxes(r, *r.expected_size)
         self._plan, self._straddling, self._unlisted = _plan(spec, parsed.images)
+        if require_boxes and self._plan and not any(len(p.raw.boxes) for p in self._plan):
+            raise BadInput(empty_source_message(spec, parsed), where=str(spec.path))
         self._report: LoadReport | None = None
         self._started = False
 
@@ -388,8 +391,9 @@ def stream_source(spec: SourceSpec) -> SourceStream:
     return SourceStream(spec)
 
 
-def load_source(spec: SourceSpec) -> SourceLoad:
-    """All records of a source in memory plus the report (fixture-sized sources)."""
-    stream = SourceStream(spec)
+def load_source(spec: SourceSpec, require_boxes: bool = False) -> SourceLoad:
+    """All records of a source in memory plus the report (fixture-sized sources; unlike the
+    build's :func:`stream_source`, a source without boxes is read unless ``require_boxes``)."""
+    stream = SourceStream(spec, require_boxes)
     records = tuple(stream)
     return SourceLoad(records=records, report=stream.report)

@@ -10,14 +10,15 @@ aegisbench.errors.BadInput: ...: no COCO instances JSON (with 'images') found; n
 
 from __future__ import annotations
 
-import json
+import os
 import logging
 from pathlib import Path
 
 from aegisbench.builders.adapters_formats import (IGNORE, ClassMapper, ParseResult, _mirror, _number,
                                                   _orphans, _raw, ignore_ref, list_images, locate,
                                                   make_mapper, split_of_name)
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, printable
+from aegisbench.readers import MAX_ANNOTATION_BYTES, read_json, read_text
 
 log = logging.getLogger(__name__)
 __all__ = ["COCO_IMAGE_FIELDS", "VISDRONE_CATEGORIES", "image_meta", "make_mapper", "read_coco",
@@ -37,11 +38,7 @@ def read_coco(root: Path, mapper: ClassMapper) -> ParseResult:
     res = ParseResult()
     n_files, skipped = 0, []
     for jf in sorted(root.rglob("*.json")):
-        where = str(jf)
-        try:
-            data = json.loads(jf.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadInput(f"malformed JSON: {exc}", where=where) from None
+        data = read_json(jf, "COCO annotations", MAX_ANNOTATION_BYTES)
         if not isinstance(data, dict) or "images" not in data:
             log.debug("skipping %s: not a COCO instances file", jf)
             keys = ", ".join(sorted(map(str, data))) if isinstance(data, dict) else type(data).__name__
@@ -95,6 +92,11 @@ def _parse_coco(data: dict, jf: Path, root: Path, mapper: ClassMapper, res: Pars
                                expected_size=size, meta=meta))
 
 
+def _inside(path: Path, root: Path) -> bool:
+    """``path`` resolves (links followed) to a place inside ``root``."""
+    return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root))
+
+
 def _coco_images(entries: list, jf: Path, root: Path) -> dict:
     where = str(jf)
     stem_dir = jf.stem.split("_")[-1]  # instances_val2017.json -> val2017/
@@ -106,9 +108,12 @@ def _coco_images(entries: list, jf: Path, root: Path) -> dict:
                 for k in ("width", "height"))
         if iid in images:
             raise BadInput(f"{ref}: duplicate image id {iid!r}", where=where)
+        if Path(fn).is_absolute() or ".." in Path(fn).parts or "\x00" in fn:
+            raise BadInput(f"{ref}: file_name {printable(repr(fn), 80)} must be a relative path inside --source-dir "
+                           "(no '..', not absolute)", where=where)
         cands = [jf.parent / fn, root / fn, root / "images" / fn, jf.parent.parent / "images" / fn,
                  root / stem_dir / fn]
-        path = next((c for c in cands if c.is_file()), None)
+        path = next((c for c in cands if c.is_file() and _inside(c, root)), None)
         if path is None:
             raise BadInput(f"{ref} (id={iid!r}): image file {fn!r} not found", where=where)
         images[iid] = (path, (w, h), image_meta(im), [], [], [], [])
@@ -157,7 +162,7 @@ def read_visdrone(root: Path, mapper: ClassMapper) -> ParseResult:
 
 def _parse_visdrone(txt: Path, mapper: ClassMapper, res: ParseResult):
     where, boxes, refs, ignore, ignore_refs = str(txt), [], [], [], []
-    for n, line in enumerate(txt.read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text(txt, "VisDrone annotation").splitlines(), start=1):
         if not line.strip():
             continue
         ref = f"line {n}"

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import yaml
 
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, printable
+from aegisbench.readers import MAX_TEXT_BYTES, read_regular_bytes, read_text, read_yaml
 
 log = logging.getLogger(__name__)
 
@@ -182,10 +182,10 @@ def _number(text: str | None, where: str, ref: str, kind: type = float) -> float
     try:
         val = kind(str(text).strip())
     except (TypeError, ValueError):
-        raise BadInput(f"{ref}: {text!r} is not a {'number' if kind is float else 'integer'}",
+        raise BadInput(f"{ref}: {printable(repr(text), 80)} is not a {'number' if kind is float else 'integer'}",
                        where=where) from None
     if not math.isfinite(val):
-        raise BadInput(f"{ref}: {text!r} is not finite", where=where)
+        raise BadInput(f"{ref}: {printable(repr(text), 80)} is not finite", where=where)
     return val
 
 
@@ -282,7 +282,7 @@ def _voc_size(ann: ET.Element, where: str) -> tuple[int, int] | None:
 def _parse_voc(xml: Path, mapper: ClassMapper, dropped: Counter) -> _VocFile:
     where = str(xml)
     try:
-        ann = ET.parse(xml).getroot()
+        ann = ET.fromstring(read_regular_bytes(xml, "VOC annotation", MAX_TEXT_BYTES))
     except ET.ParseError as exc:
         raise BadInput(f"malformed XML: {exc}", where=where) from None
     if ann.tag != "annotation":
@@ -330,10 +330,7 @@ def yolo_names(root: Path) -> dict[int, str] | None:
     path = next((root / n for n in _YAML_NAMES if (root / n).is_file()), None)
     if path is None:
         return None
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise BadInput(f"malformed YAML: {exc}", where=str(path)) from None
+    data = read_yaml(path, "data.yaml")
     names = data.get("names") if isinstance(data, dict) else None
     if isinstance(names, list):
         out = dict(enumerate(map(str, names)))
@@ -368,7 +365,7 @@ def read_yolo(root: Path, mapper: ClassMapper) -> ParseResult:
 
 def _parse_yolo(txt: Path, names, mapper: ClassMapper, dropped: Counter):
     where, boxes, refs, ignore, ignore_refs = str(txt), [], [], [], []
-    for n, line in enumerate(txt.read_text().splitlines(), start=1):
+    for n, line in enumerate(read_text(txt, "YOLO label file").splitlines(), start=1):
         fields = line.split()
         if not fields:
             continue

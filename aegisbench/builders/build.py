@@ -26,12 +26,14 @@ from pathlib import Path
 
 
 import aegisbench
-from aegisbench.atomic import atomic_write_text, clean_leftovers, drop_partial_writes, output_lock, replace_dir
+from aegisbench.atomic import atomic_write_text, clean_leftovers, output_lock, replace_dir
+from aegisbench.staging import drop_partial_writes
 from aegisbench import isa
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.importgraph import closure_files
+from aegisbench.overlap import refuse_overlap
 from aegisbench.params import Params
 from aegisbench.builders.card import arrow_sizes, render_card
 from aegisbench.builders.withhold import check_withhold, strip_labels, write_label_repo
@@ -114,40 +116,75 @@ def _run_task(args) -> ShardEntry:
         release_arrow_memory()  # each shard starts from the same resident set: the peak stays flat
 
 
+def built_source_names(params: Params) -> set[str]:
+    """The sources a build of ``params`` records in its manifest (fire spread included)."""
+    return {s.name for s in params.sources} | ({FIRESPREAD_SOURCE["name"]} if params.firespread is not None else set())
+
+
+def check_kept_sources(out: Path, params: Params) -> None:
+    """Refuse to build over a repo that holds sources this build leaves out: their splits
+    would be dropped without a word (``build --source-dir B --name b`` over a repo of ``a``)."""
+    try:
+        held = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("sources")
+    except (OSError, ValueError, AttributeError):
+        return  # no repo there (or not one this builder wrote: verify says so)
+    dropped = sorted(set(held) - built_source_names(params)) if isinstance(held, dict) else []
+    if dropped:
+        raise BadInput(f"already holds source(s) {', '.join(dropped)} that this build leaves out; building would "
+                       "drop their splits: build every source together (params.yaml sources), give another --out, "
+                       "or pass --replace", where=str(out))
+
+
+def _resumed_staging(out: Path, staging: Path) -> Path:
+    """``staging`` (the build's resumable staging folder) ready: other builds' staging of
+    ``out`` removed, half-written files of a killed run dropped, finished shards kept."""
+    for stale in out.parent.glob(f".{out.name}.staging-*"):
+        if stale != staging:
+            shutil.rmtree(stale, ignore_errors=True)
+    staging.mkdir(parents=True, exist_ok=True)
+    drop_partial_writes(staging)
+    return staging
+
+
+def _run_shards(jobs: list, executor: Executor, progress: bool) -> list:
+    """The shard entries of ``jobs``, in task order, each written as it finishes."""
+    bar = progress_bar(len(jobs), "build shards", unit="shard", enabled=progress)
+    entries = []
+    for e in map_tasks(_run_task, jobs, executor):
+        entries.append(e)
+        bar.update()
+    bar.close()
+    return entries
+
+
 def build_repo(params: Params, out: str | Path | None = None, sources_dir: str | Path | None = None,
                workers: int | None = None, progress: bool = True, executor: Executor | None = None,
-               private_out: str | Path | None = None) -> dict:
+               private_out: str | Path | None = None, replace: bool = False) -> dict:
     """Build the dataset repo and return its manifest. Shards run on ``executor``
     (default: local, ``workers`` or ``build.workers`` processes); the bytes do not
     depend on which executor or how many workers ran them. The splits of
     ``build.withhold_labels`` are published without boxes, their labels written to the private
-    label repo ``private_out`` (default ``paths.private_labels``; :mod:`~aegisbench.builders.withhold`)."""
+    label repo ``private_out`` (default ``paths.private_labels``; :mod:`~aegisbench.builders.withhold`).
+    A repo at ``out`` holding sources this build leaves out is refused unless ``replace``
+    (:func:`check_kept_sources`): adding a source is building them together."""
     isa.require("the dataset repo")
     out = Path(out or params.dataset_dir).absolute()  # absolute: tasks may run on other nodes (same shared path)
     with output_lock(out):  # one build of ``out`` at a time; what killed builds left goes first
         clean_leftovers(out)
         sources_dir = Path(sources_dir or params.sources_dir).absolute()
+        refuse_overlap({"--out": out}, {"the source tables": sources_dir})
+        if not replace:
+            check_kept_sources(out, params)
         specs = config_specs(params)
         tasks = plan_tasks(params, sources_dir, specs)
         withheld = check_withhold(params.build.withhold_labels, {t.split for t in tasks if isinstance(t, ShardTask)},
                                   private_out or params.private_labels_dir, out)
         src_hash = builder_source_hash()
-        staging = staging_dir(out, params, tasks, src_hash)
-        for stale in out.parent.glob(f".{out.name}.staging-*"):
-            if stale != staging:
-                shutil.rmtree(stale, ignore_errors=True)
-        staging.mkdir(parents=True, exist_ok=True)
-        drop_partial_writes(staging)  # half-written files of a killed run
+        staging = _resumed_staging(out, staging_dir(out, params, tasks, src_hash))
         by_name = {s.name: s for s in specs}
         transforms = {s.name: s.transform(params) for s in specs}
         jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
-        executor = executor or Executor("local", workers or params.build.workers)
-        bar = progress_bar(len(jobs), "build shards", unit="shard", enabled=progress)
-        entries = []
-        for e in map_tasks(_run_task, jobs, executor):  # in task order, shards written as they finish
-            entries.append(e)
-            bar.update()
-        bar.close()
+        entries = _run_shards(jobs, executor or Executor("local", workers or params.build.workers), progress)
         drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
         metas, descriptions, sources = _card_inputs(params, specs, by_name)
         skipped = not_physical(params, specs)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import aegisbench
 from aegisbench.cli import command
+from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice
 from aegisbench.params import Params, SourceParams
@@ -47,6 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", help="output repo folder (default: paths.dataset of --params)")
     executor_args(p)
     p.add_argument("--skip-sources", action="store_true", help="reuse the existing source tables as they are")
+    p.add_argument("--replace", action="store_true", help="build over a repo at --out that holds sources this build "
+                   "leaves out (their splits are dropped; without it such a build is refused)")
     p.add_argument("--withhold-labels", metavar="SPLITS",
                    help="comma-separated splits built without boxes (e.g. the test split heridal); their labels go "
                         "to the private label repo --private-out (default: build.withhold_labels)")
@@ -54,6 +57,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the private label repo of the withheld splits (default: paths.private_labels); never "
                         "inside the public repo, never published")
     source_args(p)
+    declare_io(p, reads={"source_dir": "--source-dir", "params": "--params"},
+               writes={"out": "--out", "private_out": "--private-out"})
     p.set_defaults(func=cmd_build)
 
     p = command(sub, "verify", "re-hash a dataset repo against its manifest",
@@ -101,6 +106,8 @@ def _register_preview(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-id", help="frame for --grid, from any split (default: the first of --split)")
     p.add_argument("--table", type=Path, help="severity table (YAML) for --grid (default: build.severity_table)")
     p.add_argument("--cell", type=int, default=200, help="tile size of --grid in px")
+    declare_io(p, reads={"source_table": "--source-table", "dataset": "--dataset", "table": "--table",
+                         "params": "--params"}, writes={"out": "--out"}, into=["out"])  # <name>.png files
     p.set_defaults(func=cmd_preview)
 
 
@@ -284,7 +291,8 @@ def cmd_build(args) -> int:
     if args.withhold_labels is not None:
         splits = tuple(s.strip() for s in args.withhold_labels.split(",") if s.strip())
         params = dataclasses.replace(params, build=dataclasses.replace(params.build, withhold_labels=splits))
-    manifest = build_repo(params, out=args.out, executor=executor, private_out=args.private_out)
+    manifest = build_repo(params, out=args.out, executor=executor, private_out=args.private_out,
+                          replace=args.replace)
     out = args.out or params.dataset_dir
     print(f"built {out}  version {manifest['benchmark_version']}  digest {manifest['dataset_digest']}")
     if manifest.get("withheld_labels"):

@@ -29,7 +29,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aegisbench.atomic import atomic_write_text, staged_dir
+from aegisbench.atomic import atomic_write_text
+
+from aegisbench.staging import staged_dir
 from aegisbench.builders.hfrepo import SCHEMA, ShardTask, content_key, write_rows_shard
 from aegisbench.builders.manifest import VerifyReport, repo_file
 from aegisbench.errors import BadInput

@@ -28,6 +28,7 @@ from pathlib import Path
 import aegisbench
 from aegisbench.atomic import atomic_write_text
 from aegisbench.cli import command
+from aegisbench.overlap import declare_io
 from aegisbench.corruptions.calibrate import calibrate, load_table, save_table, select_sample
 from aegisbench.corruptions.conditions import GEOMETRIES
 from aegisbench.errors import BadInput
@@ -60,6 +61,8 @@ def register(subparsers) -> None:
                    "of --params)")
     p.add_argument("--params", default="params.yaml", help="params file (the source of the --geometry and --benchmark-version defaults)")
     p.add_argument("--rtol", type=float, default=0.02, help="fit tolerance (relative)")
+    declare_io(p, reads={"source_table": "--source-table", "table": "--table", "params": "--params"},
+               writes={"out": "--out", "metrics": "--metrics"})
     p.set_defaults(func=run_calibrate)
 
 

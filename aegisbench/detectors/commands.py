@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from aegisbench.cli import command, export_global_options
+from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
@@ -65,6 +66,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
                    "this process); the CPUs of a local Ray started for --executor ray")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_detect)
 
     p = command(sub, "warp-detect", "WARP cloud-patch deception test: add warp_patch.parquet to a smoke "
@@ -83,6 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
     p.add_argument("--verified", action="store_true", help="attest the run with this project's private key (a "
                    "folder whose detect run was attested stays verified without it)")
+    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_warp)
 
     _register_train(sub)
@@ -112,6 +115,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
     p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
     p.add_argument("--no-score", action="store_true", help="skip scoring on the source's val/test splits")
+    declare_io(p, reads={"params": "--params", "source_table": "--source-table"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_train_reference)
 
 

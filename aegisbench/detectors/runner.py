@@ -39,8 +39,8 @@ import pyarrow.parquet as pq
 import yaml
 
 from aegisbench import isa
-from aegisbench.atomic import (atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir,
-                               resumable_dir, staging_path)
+from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir, staging_path
+from aegisbench.staging import resumable_dir
 from aegisbench.builders.manifest import require_verified
 from aegisbench.detectors.interface import WARP_INPUT, Detector
 from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards, warp_levels

@@ -30,7 +30,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, resumable_dir
+from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock
+
+from aegisbench.staging import resumable_dir
 from aegisbench.builders.manifest import require_verified
 from aegisbench.builders.source_table import decode_image
 from aegisbench.detectors.classes import classes_of_ids

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from aegisbench.cli import command, deprecated_alias
+from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.submission import ValidationLimits
@@ -100,6 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(each source is independent)")
     p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    declare_io(p, reads={"submission": "submission", "dataset": "--dataset", "labels": "--labels"},
+               writes={"results": "--out"})
     p.set_defaults(func=cmd_evaluate)
 
     _register_import_published(sub)
@@ -112,6 +115,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
+    declare_io(p, reads={"dataset": "--dataset"}, writes={"out": "--out"}, into=["out"])  # <config>.json files
     p.set_defaults(func=cmd_export_coco)
 
 
@@ -138,6 +142,7 @@ def _register_import_published(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--citation", required=True, help="how to cite it")
     p.add_argument("--date", help="date of the publication, YYYY-MM-DD")
     p.add_argument("--out", default="results", help="results folder")
+    declare_io(p, reads={"table": "table"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_import_published)
 
 

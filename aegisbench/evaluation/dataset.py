@@ -26,6 +26,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from aegisbench.atomic import atomic_write_text
+
+from aegisbench.staging import staged_files
 from aegisbench.errors import BadInput
 from aegisbench.vocab import DETECTION_TRACKS
 
@@ -241,6 +243,15 @@ class DatasetIndex:
         return out
 
 
+def coco_categories(index: DatasetIndex, config: str) -> dict[str, int]:
+    """The COCO category ids of one config's exported GT: its labels sorted, from 1 (a config
+    without a box: ``{"object": 1}``); the ``category_id`` a results file must give."""
+    labels = set()
+    for split in sorted({s for _, s, _ in index.coco_images(config)}):
+        labels.update(lab for labs in index.gt(config, split).labels for lab in labs)
+    return {lab: k for k, lab in enumerate(sorted(labels), start=1)} or {"object": 1}
+
+
 def coco_gt(index: DatasetIndex, config: str, splits: set[str] | None = None, *, key_field: str | None = None) -> dict:
     """COCO GT dict of one config (all detection-track splits, or ``splits``).
 
@@ -249,11 +260,8 @@ def coco_gt(index: DatasetIndex, config: str, splits: set[str] | None = None, *,
     the COCO id whatever characters our image id holds; used to map results back). Ignore
     regions follow the image's boxes as ``iscrowd=1`` annotations, one per category (so
     pycocotools ignores the detections on them, as the evaluator does)."""
-    images, anns, label_ids = [], [], {}
-    for split in sorted({s for _, s, _ in index.coco_images(config)}):
-        for lab in (lab for labs in index.gt(config, split).labels for lab in labs):
-            label_ids.setdefault(lab, None)
-    cats = {lab: k for k, lab in enumerate(sorted(label_ids), start=1)} or {"object": 1}
+    images, anns = [], []
+    cats = coco_categories(index, config)
     ann_id = 1
     for coco_id, split, image_id in index.coco_images(config):
         if splits is not None and split not in splits:
@@ -281,19 +289,20 @@ def coco_gt(index: DatasetIndex, config: str, splits: set[str] | None = None, *,
 def export_coco(index: DatasetIndex, out: str | Path) -> list[Path]:
     """Write ``<out>/<config>.json`` (every detection-track split of the config: the GT a
     ``predictions/<config>.json`` results file refers to) and ``<out>/<config>/<split>.json``
-    (the same ids, one split). Ids are valid for this dataset digest only."""
+    (the same ids, one split). Ids are valid for this dataset digest only. Every file is
+    written in a staging folder first and moved into ``out`` only when all are: a failure (a
+    full disk) leaves ``out`` as it was (:func:`~aegisbench.staging.staged_files`)."""
     out = Path(out)
     written = []
-    for config in index.configs():
-        splits = sorted({s for _, s, _ in index.coco_images(config)})
-        if not splits:
-            continue
-        path = out / f"{config}.json"
-        atomic_write_text(path, json.dumps(coco_gt(index, config)))
-        written.append(path)
-        for split in splits:
-            path = out / config / f"{split}.json"
-            atomic_write_text(path, json.dumps(coco_gt(index, config, {split})))
-            written.append(path)
+    with staged_files(out) as staging:
+        for config in index.configs():
+            splits = sorted({s for _, s, _ in index.coco_images(config)})
+            if not splits:
+                continue
+            atomic_write_text(staging / f"{config}.json", json.dumps(coco_gt(index, config)))
+            written.append(out / f"{config}.json")
+            for split in splits:
+                atomic_write_text(staging / config / f"{split}.json", json.dumps(coco_gt(index, config, {split})))
+                written.append(out / config / f"{split}.json")
     log.info("wrote %d COCO GT files to %s", len(written), out)
     return written

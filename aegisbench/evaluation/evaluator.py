@@ -16,6 +16,7 @@ import logging
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aegisbench.overlap import refuse_overlap
 from aegisbench.atomic import clean_leftovers, output_lock
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
@@ -93,6 +94,7 @@ def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegi
     test labels are withheld). Scoring and writing hold the lock of
     ``results/<id>`` (a second evaluation of the id is refused, naming this PID); the old
     results stay in place, whole, until the new ones are complete."""
+    refuse_overlap({"--out": results}, {"submission": submission, "--dataset": dataset, "--labels": labels})
     index = DatasetIndex(dataset, verify=verify, labels=labels)
     sub = validate_submission(submission, index, params.limits, params.warp_grid)
     with output_lock(Path(results) / sub.id):

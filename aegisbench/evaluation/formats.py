@@ -21,6 +21,7 @@ import json
 import logging
 import re
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +32,9 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.rows import BOX, Problems, RawRows, clip, repeat, shown
 from aegisbench.fields import is_int, is_number
 from aegisbench.predictions import Detections, read_coco_results
-from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_YOLO_FILE_BYTES, load_json, read_regular_bytes
-from aegisbench.vocab import THRESHOLD_KEYS, TRACK_LABELS
+from aegisbench.readers import (MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_ROW_BYTES, MAX_YOLO_FILE_BYTES, load_json,
+                                read_regular_bytes)
+from aegisbench.vocab import THRESHOLD_KEYS, THRESHOLD_PATTERN, TRACK_LABELS, is_threshold_key  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +42,9 @@ STRING_COLUMNS = ("config", "split", "image_id")
 NUMBER_COLUMNS = (*BOX, "score")
 OPTIONAL_COLUMNS = ("label",)
 THRESHOLD_COLUMNS = THRESHOLD_KEYS  # a submission may not carry thresholds, in its YAML or as a column
-#: Threshold-like names (case-insensitive): ``thresh`` anywhere, the word ``thr``, or a
-#: confidence / score word joined to ``min``, ``cut`` or ``thr`` (either order).
-THRESHOLD_PATTERN = re.compile(r"thresh|(?<![a-z])thr(?![a-z])|(conf|confidence|score)[^a-z0-9]?(min|cut|thr)"
-                               r"|(min|cut)[^a-z0-9]?(conf|confidence|score)", re.IGNORECASE)
 COCO_FIELDS = {"x1": "bbox", "y1": "bbox", "x2": "bbox", "y2": "bbox"}
 YOLO_FIELDS = {"x1": "cx", "y1": "cy", "x2": "w", "y2": "h", "score": "conf"}
 COCO_KEY = "aegisbench_key"
-
-
-def is_threshold_key(name: object) -> bool:
-    """Whether a ``submission.yaml`` key or a column name sets a threshold (refused)."""
-    return str(name).lower() in THRESHOLD_COLUMNS or THRESHOLD_PATTERN.search(str(name)) is not None
 
 
 def _empty(path: Path, unit: str = "row", fields: dict | None = None) -> RawRows:
@@ -104,17 +97,38 @@ def check_schema(path: Path, schema: pa.Schema, strings: tuple, numbers: tuple, 
     return ok
 
 
-def read_parquet_checked(path: Path, problems: Problems, strings: tuple, numbers: tuple, optional: tuple,
-                         dictionary: bool = False) -> pa.Table | None:
-    """The ``strings`` and ``numbers`` columns once the schema and the row count passed
-    (``dictionary``: string columns read dictionary-encoded, no string per row)."""
+def check_footer(path: Path, problems: Problems, max_rows: int = MAX_PREDICTION_ROWS, why: str = "") -> bool:
+    """The row count and decoded size from the Parquet footer, before any column is read:
+    at most ``max_rows`` rows (``why`` says where the limit comes from) and at most
+    :data:`MAX_ROW_BYTES` decoded bytes per row on average (a long string in every row)."""
     try:
-        schema, n_rows = pq.read_schema(path), pq.read_metadata(path).num_rows
+        meta = pq.read_metadata(path)
+        decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     except (OSError, pa.ArrowException) as exc:
         problems.add(str(path), None, None, f"cannot read Parquet: {exc}")
+        return False
+    if meta.num_rows > max_rows:
+        problems.add(str(path), None, None, f"{meta.num_rows} rows, more than the limit of {max_rows}{why} "
+                     "(from the file's footer, before any row is read)")
+        return False
+    if decoded > MAX_ROW_BYTES * max(meta.num_rows, 1024):
+        problems.add(str(path), None, None, f"{decoded} bytes once decoded, more than {MAX_ROW_BYTES} bytes a row "
+                     "(from the file's footer, before any row is read)")
+        return False
+    return True
+
+
+def read_parquet_checked(path: Path, problems: Problems, strings: tuple, numbers: tuple, optional: tuple,
+                         dictionary: bool = False, max_rows: int = MAX_PREDICTION_ROWS,
+                         why: str = "") -> pa.Table | None:
+    """The ``strings`` and ``numbers`` columns once the footer (:func:`check_footer`) and
+    the schema passed (``dictionary``: string columns read dictionary-encoded, no string per row)."""
+    if not check_footer(path, problems, max_rows, why):
         return None
-    if n_rows > MAX_PREDICTION_ROWS:  # refused from the footer, before any column is read
-        problems.add(str(path), None, None, f"{n_rows} rows, more than the limit of {MAX_PREDICTION_ROWS}")
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException) as exc:
+        problems.add(str(path), None, None, f"cannot read Parquet: {exc}")
         return None
     if not check_schema(path, schema, strings, numbers, optional, problems):
         return None
@@ -147,8 +161,10 @@ def string_column(table: pa.Table, col: str) -> tuple[np.ndarray, tuple[np.ndarr
     return values[codes], (uniques, codes)
 
 
-def parse_parquet(path: Path, problems: Problems) -> RawRows:
-    table = read_parquet_checked(path, problems, STRING_COLUMNS, NUMBER_COLUMNS, OPTIONAL_COLUMNS, dictionary=True)
+def parse_parquet(path: Path, problems: Problems, max_rows: int = MAX_PREDICTION_ROWS, why: str = "") -> RawRows:
+    """``predictions.parquet`` -> rows, at most ``max_rows`` of them (checked from the footer)."""
+    table = read_parquet_checked(path, problems, STRING_COLUMNS, NUMBER_COLUMNS, OPTIONAL_COLUMNS, dictionary=True,
+                                 max_rows=max_rows, why=why)
     if table is None:
         return _empty(path)
     n = table.num_rows
@@ -162,7 +178,7 @@ def parse_parquet(path: Path, problems: Problems) -> RawRows:
                    xyxy, score, codes=codes)
 
 
-def check_labels(path: Path, track: str, problems: Problems) -> None:
+def check_labels(path: Path, track: str, problems: Problems, max_rows: int = MAX_PREDICTION_ROWS) -> None:
     """One problem when the ``label`` column of a Parquet submission holds anything but
     ``track``'s label (nulls are no label): the first such row, the labels found, the count."""
     import pyarrow.compute as pc
@@ -171,7 +187,7 @@ def check_labels(path: Path, track: str, problems: Problems) -> None:
     try:
         schema = pq.read_schema(path)
         if (label is None or schema.names.count("label") != 1 or pa.types.is_null(schema.field("label").type)
-                or pq.read_metadata(path).num_rows > MAX_PREDICTION_ROWS):
+                or pq.read_metadata(path).num_rows > max_rows):
             return  # no labels, or reported by the schema / row checks
         col = pq.read_table(path, columns=["label"]).column("label")
     except (OSError, pa.ArrowException):
@@ -188,8 +204,42 @@ def check_labels(path: Path, track: str, problems: Problems) -> None:
                      "model's classes to the target with aegisbench detect --classes and drop the others")
 
 
-def parse_coco(path: Path, config: str, ids: dict[int, tuple[str, str]], problems: Problems) -> RawRows:
-    """COCO results list -> rows; ``ids`` maps the exported integer ids to (split, image_id)."""
+@dataclass(frozen=True)
+class ClassRule:
+    """Which class ids of a YOLO or COCO file are the track's one class: ``ids`` (from the
+    submission's ``class_ids`` map, else the form's default); every other id is refused.
+
+    >>> ClassRule.of("sar", None, {"person": 1}).ids, ClassRule.of("sar", {0: "person", 1: "car"}, {}).ids
+    (frozenset({1}), frozenset({0}))
+    """
+
+    track: str
+    label: str
+    ids: frozenset
+    declared: bool
+
+    @classmethod
+    def of(cls, track: str, declared: dict | None, defaults: dict[str, int]) -> "ClassRule":
+        """``declared``: the submission's ``class_ids`` (id -> name); ``defaults``: name -> id of the
+        form (YOLO ``{label: 0}``, COCO the exported GT's categories)."""
+        label = TRACK_LABELS[track]
+        if declared is not None:
+            return cls(track, label, frozenset(k for k, v in declared.items() if v == label), True)
+        ids = {defaults[label]} if label in defaults else set(defaults.values())
+        return cls(track, label, frozenset(ids), False)
+
+    def message(self, value) -> str:
+        ids = ", ".join(map(str, sorted(self.ids))) or "none"
+        whence = "declared under class_ids: in submission.yaml" if self.declared else "by default; a submission " \
+            "that numbers its classes otherwise declares them under class_ids: in submission.yaml"
+        return (f"class {shown(value)} is not the {self.track} track's class {self.label!r} (id {ids}, {whence}); "
+                "drop the other classes' predictions")
+
+
+def parse_coco(path: Path, config: str, ids: dict[int, tuple[str, str]], problems: Problems,
+               rule: ClassRule | None = None) -> RawRows:
+    """COCO results list -> rows; ``ids`` maps the exported integer ids to (split, image_id);
+    ``category_id`` must be one of ``rule.ids``."""
     where = str(path)
     try:
         res = load_json(read_regular_bytes(path, "COCO results", MAX_COCO_FILE_BYTES, follow=False)
@@ -220,6 +270,11 @@ def parse_coco(path: Path, config: str, ids: dict[int, tuple[str, str]], problem
             reported[r] = True
         else:
             split[r], image[r] = ids[iid]
+        cid = det.get("category_id")
+        if rule is not None and not (is_int(cid) and cid in rule.ids):
+            problems.add(where, r, "category_id", "missing: give the id of the track's class" if cid is None
+                         else rule.message(cid))
+            reported[r] = True
         bb = det.get("bbox")
         if not (isinstance(bb, list) and len(bb) == 4 and all(is_number(v) for v in bb)):
             problems.add(where, r, "bbox", "bbox must be 4 numbers [x, y, w, h]")
@@ -280,9 +335,10 @@ def _yolo_slow(text: str, where: str, problems: Problems) -> tuple[np.ndarray, n
     return np.asarray(rows, np.int64), np.asarray(out, np.float64).reshape(-1, 6), np.asarray(reported, bool)
 
 
-def parse_yolo_file(path: Path, config: str, split: str, size: tuple[int, int], problems: Problems) -> RawRows:
+def parse_yolo_file(path: Path, config: str, split: str, size: tuple[int, int], problems: Problems,
+                    rule: ClassRule | None = None) -> RawRows:
     """One ``<image_id>.txt``: ``cls cx cy w h conf`` per line, normalized to the frame
-    (parsed in C when well-formed, line by line otherwise)."""
+    (parsed in C when well-formed, line by line otherwise); ``cls`` one of ``rule.ids``."""
     where = str(path)
     width, height = size
     try:
@@ -301,6 +357,10 @@ def parse_yolo_file(path: Path, config: str, split: str, size: tuple[int, int], 
     bad_cls = ~reported & ~(np.isfinite(cls) & (cls >= 0) & (cls == np.floor(cls)))
     problems.add_rows(files, rows, "cls", "class must be a non-negative integer", "line", np.flatnonzero(bad_cls))
     reported |= bad_cls
+    if rule is not None:
+        other = ~reported & ~np.isin(cls, np.fromiter(rule.ids, np.float64, len(rule.ids)))
+        problems.add_rows(files, rows, "cls", lambda i: rule.message(int(cls[i])), "line", np.flatnonzero(other))
+        reported |= other
     vals[reported] = np.nan
     _, cx, cy, w, h = (vals[:, k] for k in range(5))
     boxes = np.stack([(cx - w / 2) * width, (cy - h / 2) * height, (cx + w / 2) * width, (cy + h / 2) * height], 1)

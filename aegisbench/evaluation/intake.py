@@ -28,7 +28,8 @@ from pathlib import Path
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.formats import is_threshold_key
 from aegisbench.evaluation.rows import Problems, clip
-from aegisbench.readers import MAX_ID_CHARS, MAX_SUBMISSION_DEPTH, MAX_SUBMISSION_ENTRIES, file_kind
+from aegisbench.readers import (MAX_ID_CHARS, MAX_SUBMISSION_BYTES, MAX_SUBMISSION_DEPTH, MAX_SUBMISSION_ENTRIES,
+                                file_kind)
 
 SUBMISSION_ID = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_ID_CHARS - 1}}}")
 
@@ -77,10 +78,12 @@ def submission_id(folder: str | Path) -> str:
     return sid
 
 
-def submission_files(folder: Path, problems: Problems) -> list[Path]:
+def submission_files(folder: Path, problems: Problems, max_file_bytes: int = MAX_SUBMISSION_BYTES) -> list[Path]:
     """Every regular file under ``folder``, sorted; a problem for each entry that is not a
-    regular file or folder, has a non-UTF-8 name or lies too deep, and for too many entries."""
-    files, todo, seen = [], [(folder, 0)], 0
+    regular file or folder, has a non-UTF-8 name, lies too deep or is larger than
+    ``max_file_bytes``, and for too many entries or more than :data:`MAX_SUBMISSION_BYTES` in
+    all. Sizes come from the listing: nothing is read (or hashed) before they pass."""
+    files, todo, seen, total = [], [(folder, 0)], 0, 0
     while todo:
         where, depth = todo.pop()
         try:
@@ -105,10 +108,18 @@ def submission_files(folder: Path, problems: Problems) -> list[Path]:
             elif stat.S_ISDIR(mode):
                 todo.append((path, depth + 1))
             elif stat.S_ISREG(mode):
+                size = entry.stat(follow_symlinks=False).st_size
+                total += size
+                if size > max_file_bytes:
+                    problems.add(str(path), None, None, f"file is {size} bytes, larger than the limit of "
+                                 f"{max_file_bytes} bytes (refused before it is read)")
                 files.append(path)
             else:
                 problems.add(str(path), None, None, f"{file_kind(mode)} is not accepted in a submission (only "
                              "regular files and folders)")
+    if total > MAX_SUBMISSION_BYTES:
+        problems.add(str(folder), None, None, f"the folder holds {total} bytes, more than the limit of "
+                     f"{MAX_SUBMISSION_BYTES} bytes (refused before any file is read)")
     return sorted(files)
 
 

@@ -85,6 +85,34 @@ def check_date(value) -> str | None:
         return None
 
 
+#: most entries of a submission's ``class_ids`` map
+MAX_CLASSES = 1000
+
+
+def check_classes(value) -> tuple[dict[int, str] | None, str | None]:
+    """The ``class_ids`` map of ``submission.yaml`` (``{0: person}``: the class ids its YOLO
+    lines or COCO ``category_id`` values use, and their names): ``(map, None)``, ``(None, None)``
+    when absent, ``(None, problem)`` when malformed.
+
+    >>> check_classes({0: "person", 3: "car"})
+    ({0: 'person', 3: 'car'}, None)
+    >>> check_classes({"zero": "person"})[1]
+    "must map class ids (non-negative integers) to names, got key 'zero'"
+    """
+    if value is None:
+        return None, None
+    if not isinstance(value, dict) or not value or len(value) > MAX_CLASSES:
+        return None, f"must be a mapping of 1 to {MAX_CLASSES} class ids to names, e.g. {{0: person}}"
+    out = {}
+    for k, v in value.items():
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < 2**31:
+            return None, f"must map class ids (non-negative integers) to names, got key {str(k)[:40]!r}"
+        if not isinstance(v, str) or text_problem(v, 80) or not v.strip():
+            return None, f"class {k}: the name must be one line of plain text of at most 80 characters"
+        out[k] = v
+    return out, None
+
+
 def check_required(raw: dict) -> tuple[dict[str, str], list[tuple[str, str]]]:
     """The required fields of ``submission.yaml`` (:data:`~aegisbench.vocab.REQUIRED_FIELDS`) as
     text: ``(acceptable values, [(field, problem), ...])``.

@@ -39,7 +39,7 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.metadata import check_date, check_url, text_problem
 from aegisbench.evaluation.results import PROVENANCE_FILE, _dump, results_table
 from aegisbench.evaluation.version import EVALUATOR_VERSION
-from aegisbench.atomic import staged_dir
+from aegisbench.staging import staged_dir
 from aegisbench.metrics import REGISTRY
 from aegisbench.readers import read_regular_bytes
 from aegisbench.vocab import CLEAN, TRACKS, parse_corruption_config

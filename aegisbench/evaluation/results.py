@@ -30,7 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 import aegisbench
-from aegisbench.atomic import staged_dir
+from aegisbench.atomic import writing
+from aegisbench.staging import staged_dir
 from aegisbench.evaluation.version import EVALUATOR_VERSION
 from aegisbench.hashing import json_sha256
 
@@ -118,13 +119,16 @@ def write_results(ev: Evaluation, results_dir: str | Path) -> Path:
     tables = {METRICS_FILE: ev.metrics, **ev.tables}
     if ev.per_image is not None:
         tables["per_image.parquet"] = ev.per_image
-    with staged_dir(final) as staging:
+    with staged_dir(final) as staging:  # (an out-of-room error names the file under final)
         for name, table in tables.items():
-            pq.write_table(table, staging / name, compression="zstd")
+            with writing(staging / name):
+                pq.write_table(table, staging / name, compression="zstd")
         for name, doc in {**ev.documents, PROVENANCE_FILE: ev.provenance}.items():
-            (staging / name).write_text(_dump(doc))
+            with writing(staging / name):
+                (staging / name).write_text(_dump(doc))
         for name, data in ev.blobs.items():
-            (staging / name).write_bytes(data)
+            with writing(staging / name):
+                (staging / name).write_bytes(data)
     log.info("wrote %s (%d metric rows)", final, ev.metrics.num_rows)
     return final
 

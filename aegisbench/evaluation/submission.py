@@ -42,16 +42,18 @@ from pathlib import Path
 
 from aegisbench.errors import BadInput
 from aegisbench.fields import Range, check_fields
-from aegisbench.evaluation.dataset import DatasetIndex
-from aegisbench.evaluation.formats import (YOLO_FIELDS, check_labels, parse_coco, parse_parquet, parse_yolo_file,
-                                           read_coco_table)
-from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_required, check_weights_sha256
+from aegisbench.evaluation.dataset import DatasetIndex, coco_categories
+from aegisbench.evaluation.formats import (YOLO_FIELDS, ClassRule, check_labels, parse_coco, parse_parquet,
+                                           parse_yolo_file, read_coco_table)
+from aegisbench.evaluation.metadata import (METADATA_FIELDS, check_classes, check_metadata, check_required,
+                                            check_weights_sha256)
 from aegisbench.evaluation.intake import submission_files, submission_id, threshold_key_paths
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
-from aegisbench.readers import MAX_COCO_FILE_BYTES, MAX_YOLO_FILE_BYTES, load_yaml, read_regular_bytes
-from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, TRACKS, WARP_GRID, WARP_PATCH
+from aegisbench.readers import (MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_YOLO_FILE_BYTES, load_yaml,
+                                read_regular_bytes)
+from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, TRACK_LABELS, TRACKS, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +106,7 @@ class SubmissionMeta:
     dataset_version: str
     dataset_digest: str
     no_detections: tuple[str, ...] = ()
+    classes: dict | None = None  # class id -> name of the YOLO / COCO forms (None: the default ids)
     extra: dict = field(default_factory=dict, compare=False)
     # the optional model metadata (paper, code, architecture, parameters, training_data, date),
     # checked by aegisbench.evaluation.metadata; and the weights hash `detect` recorded
@@ -165,6 +168,9 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
     metadata, bad = check_metadata(raw)
     for key, why in bad:
         problems.add(where, None, key, why)
+    classes, why = check_classes(raw.get("class_ids"))
+    if why:
+        problems.add(where, None, "class_ids", why)
     detector = raw.get("detector")
     weights = None
     try:
@@ -173,10 +179,10 @@ def read_meta(folder: Path, index: DatasetIndex, problems: Problems) -> Submissi
         problems.add(where, None, "detector.weights_sha256", str(exc))
     if track is None:
         return None
-    extra = {k: v for k, v in raw.items() if k not in REQUIRED_FIELDS and k != "no_detections"
+    extra = {k: v for k, v in raw.items() if k not in REQUIRED_FIELDS and k not in ("no_detections", "class_ids")
              and k not in METADATA_FIELDS}
-    return SubmissionMeta(**{k: vals.get(k, "") for k in REQUIRED_FIELDS}, no_detections=tuple(nd), extra=extra,
-                          metadata=metadata, weights_sha256=weights)
+    return SubmissionMeta(**{k: vals.get(k, "") for k in REQUIRED_FIELDS}, no_detections=tuple(nd), classes=classes,
+                          extra=extra, metadata=metadata, weights_sha256=weights)
 
 
 def declared_empty(meta: SubmissionMeta, keys: list[tuple[str, str]], where: str, problems: Problems
@@ -237,13 +243,16 @@ def _size_ok(path: Path, limits: ValidationLimits, problems: Problems, cap: int 
 
 
 def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, limits: ValidationLimits,
-                  problems: Problems) -> list[RawRows]:
+                  problems: Problems, classes: dict | None = None) -> list[RawRows]:
     if form == "parquet":
         path = folder / PARQUET_FILE
         if not _size_ok(path, limits, problems):
             return []
-        rows = parse_parquet(path, problems)
-        check_labels(path, frames.track, problems)
+        n_images = sum(len(sizes) for sizes in frames.sizes.values())
+        max_rows = min(MAX_PREDICTION_ROWS, n_images * limits.max_dets_per_image)
+        why = f" ({n_images} images of the track x {limits.max_dets_per_image} detections per image)"
+        rows = parse_parquet(path, problems, max_rows, why)
+        check_labels(path, frames.track, problems, max_rows)
         return [rows]
     pdir = folder / PRED_DIR
     if form == "coco":
@@ -258,9 +267,10 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
                 problems.add(str(path), None, None, f"no config {config!r} with detection splits in the dataset")
                 continue
             if _size_ok(path, limits, problems, MAX_COCO_FILE_BYTES):
-                out.append(parse_coco(path, config, ids, problems))
+                rule = ClassRule.of(frames.track, classes, coco_categories(index, config))
+                out.append(parse_coco(path, config, ids, problems, rule))
         return out
-    parts = []
+    parts, rule = [], ClassRule.of(frames.track, classes, {TRACK_LABELS[frames.track]: 0})
     for cdir in sorted(p for p in pdir.iterdir()):
         if not cdir.is_dir():
             problems.add(str(cdir), None, None, "unexpected file: YOLO predictions are "
@@ -278,7 +288,7 @@ def _collect_rows(folder: Path, form: str, index: DatasetIndex, frames: Frames, 
                 if path.suffix != ".txt" or path.stem not in sizes:
                     problems.add(str(path), None, None, f"not <image_id>.txt of an image in {key[0]}/{key[1]}")
                 elif _size_ok(path, limits, problems, MAX_YOLO_FILE_BYTES):
-                    parts.append(parse_yolo_file(path, key[0], key[1], sizes[path.stem], problems))
+                    parts.append(parse_yolo_file(path, key[0], key[1], sizes[path.stem], problems, rule))
     return [RawRows.concat(parts, "line", YOLO_FIELDS)] if parts else []
 
 
@@ -301,11 +311,11 @@ def _load_predictions(folder: Path, form: str, index: DatasetIndex, frames: Fram
 
 
 def _check_files(folder: Path, form: str, index: DatasetIndex, frames: Frames, limits: ValidationLimits,
-                 problems: Problems) -> set[tuple[str, str]]:
+                 problems: Problems, classes: dict | None = None) -> set[tuple[str, str]]:
     """Row checks of every prediction file; the (config, split) pairs they cover (rows
     with bad values still show that the split was predicted: no double report)."""
     covered: set[tuple[str, str]] = set()
-    for raw in _collect_rows(folder, form, index, frames, limits, problems):
+    for raw in _collect_rows(folder, form, index, frames, limits, problems, classes):
         check_rows(raw, frames, problems, tolerance_px=limits.frame_tolerance_px, max_dets=limits.max_dets_per_image)
         covered |= raw.pairs()
     return covered
@@ -324,7 +334,7 @@ def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: Datase
     empty = declared_empty(meta, keys, str(folder / META_FILE), problems)
     form = detect_form(folder, problems)
     before = problems.file_level
-    covered = _check_files(folder, form, index, frames, limits, problems) if form else set()
+    covered = _check_files(folder, form, index, frames, limits, problems, meta.classes) if form else set()
     if form and problems.file_level == before:  # coverage is only meaningful when every file was read
         _check_coverage(folder, form, keys, covered, empty, problems)
     patch = None
@@ -367,7 +377,7 @@ def validate_submission(folder: str | Path, index: DatasetIndex, limits: Validat
     folder = Path(folder)
     sid = submission_id(folder)  # a real folder with a valid id, reached through no link
     problems = Problems()
-    entries = submission_files(folder, problems)  # regular files only: nothing read through a link
+    entries = submission_files(folder, problems, limits.max_file_bytes)  # regular files, sizes bounded: none read yet
     if problems:
         raise SubmissionInvalid(problems)
     meta = read_meta(folder, index, problems)

@@ -12,6 +12,7 @@ import logging
 from pathlib import Path
 
 from aegisbench.cli import command, deprecated_alias
+from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
     p.add_argument("--verified", action="store_true", help="attest each forecaster's submission with this project's "
                    "private key (private/): the leaderboard shows its rows as verified (run here)")
+    declare_io(p, reads={"dataset": "--dataset"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_baselines)
 
     p = command(sub, "firespread-simulate", "run one fire-spread ensemble and print its macro statistics",
@@ -53,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     p.add_argument("--results", default="results", help="results folder (fire-spread results are read from it)")
     p.add_argument("--out", default="reports/firespread", help="report folder (replaced whole)")
+    declare_io(p, reads={"dataset": "--dataset", "results": "--results"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_report)
 
     p = command(sub, "firespread-ndws", "score forecasts on Next Day Wildfire Spread TFRecords",
@@ -68,6 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-resamples", type=int, default=1000, dest="n_boot", metavar="N", help="bootstrap resamples (samples)")
     deprecated_alias(p, "--n-boot", "--n-resamples")
     p.add_argument("--threshold", type=float, default=0.5, help="probability above which a cell is burnt")
+    declare_io(p, reads={"tfrecords": "tfrecords"}, writes={"out": "--out"})  # --forecast may be a word
     p.set_defaults(func=cmd_ndws)
 
 

@@ -29,13 +29,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text
+
+from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.firespread.scoring import VAR_EDGES
-from aegisbench.firespread.track import STRATA_FILE
 from aegisbench.leaderboard.markdown import md_code, md_escape
+from aegisbench.leaderboard.results import check_strata
 from aegisbench.metrics import label, selection
-from aegisbench.vocab import FIRESPREAD
+from aegisbench.vocab import FIRESPREAD, STRATA_FILE
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +150,7 @@ def strata_table(results: str | Path | Mapping[str, Path], submissions) -> pl.Da
             df = pl.read_parquet(path)
         except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input
             raise BadInput(f"unreadable Parquet: {exc}", where=str(path)) from None
-        missing = {"stratum", "metric", "value", "lo", "hi", "n"} - set(df.columns)
-        if missing:
-            raise BadInput(f"missing columns {sorted(missing)}", where=str(path))
+        df = check_strata(df, str(path))
         frames.append(df.filter(pl.col("metric").is_in(TABLE_METRICS))
                       .select(pl.lit(sub).alias("submission"), "stratum", "metric", "value", "lo", "hi",
                               pl.col("n").cast(pl.Int64)))

@@ -39,7 +39,7 @@ import yaml
 
 from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.vocab import REQUIRED_FIELDS, firespread_config
+from aegisbench.vocab import REQUIRED_FIELDS, firespread_config, is_threshold_key
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +103,35 @@ def read_forecasts(path: str | Path, shape: tuple[int, int], expected: Iterable[
     where = str(path)
     if not path.is_file():
         raise BadInput("forecast file not found", where=where)
+    expected = None if expected is None else set(expected)
     try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
+        check_forecast_footer(pq.ParquetFile(path).metadata, where, shape, expected)
+        table = pq.read_table(path, columns=[*KEY_COLUMNS, "probability"])
+    except (pa.ArrowException, OSError) as exc:
         raise BadInput(f"not a readable Parquet file ({exc})", where=where) from None
     return forecasts_from_table(table, where, shape, expected)
+
+
+def check_forecast_footer(meta: pq.FileMetaData, where: str, shape: tuple[int, int],
+                          expected: set[Key] | None) -> None:
+    """Refuse from the footer, before any map is read: a column other than the key columns
+    and ``probability`` (a threshold above all: the dataset declares the F2R threshold), more
+    rows than forecast targets, or more map values than ``rows x H x W``."""
+    names = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
+    for name in dict.fromkeys(names):
+        if name not in (*KEY_COLUMNS, "probability"):
+            why = ("thresholds cannot be set by a submission: the F2R threshold is declared by the dataset"
+                   if is_threshold_key(name) else
+                   f"unexpected column: {FORECASTS} holds {', '.join(KEY_COLUMNS)} and probability only")
+            raise BadInput(why, where=f"{where}:column {name[:80]}")
+    if expected is not None and meta.num_rows > len(expected):
+        raise BadInput(f"{meta.num_rows} rows, more than the {len(expected)} forecast targets of the dataset "
+                       "(from the file's footer)", where=where)
+    leaf = [i for i, n in enumerate(names) if n == "probability"]
+    values = sum(meta.row_group(g).column(i).num_values for g in range(meta.num_row_groups) for i in leaf)
+    if values > meta.num_rows * shape[0] * shape[1]:
+        raise BadInput(f"{values} map values for {meta.num_rows} rows, more than {shape[0]}x{shape[1]} a map "
+                       "(from the file's footer)", where=where)
 
 
 def forecasts_from_table(table: pa.Table, where: str, shape: tuple[int, int],

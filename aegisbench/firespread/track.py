@@ -33,12 +33,11 @@ from aegisbench.firespread.ensemble import burnt_masks, dice
 from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset, score_pooled
 from aegisbench.firespread.submission import FORECASTS, Key, expected_keys, read_forecasts
 from aegisbench.firespread.truth import EnsembleTruth, TaskSpec, read_test_truth
-from aegisbench.vocab import FIRESPREAD
+from aegisbench.vocab import FIRESPREAD, STRATA_FILE
 
 log = logging.getLogger(__name__)
 
 POOLED_CONFIG = "firespread_pooled"
-STRATA_FILE = "strata.parquet"
 CALIBRATION_FILE = "calibration.parquet"
 CALIBRATION_SCHEMA = pa.schema([("submission", pa.string()), ("config", pa.string()), ("severity", pa.int32()),
                                 ("prob_pred", pa.float64()), ("prob_true", pa.float64()), ("count", pa.int64())])
@@ -153,7 +152,8 @@ def score_forecasts(sub, index, params, executor=None, progress: bool = False) -
 
 
 def calibration_png(cal: pa.Table, title: str = "calibration") -> bytes:
-    """Calibration curves (one line per S-level) with the diagonal, as PNG bytes."""
+    """Calibration curves (one line per S-level) with the diagonal, as PNG bytes; ``title``
+    is plain text (a submission's name: ``$...$`` is not mathtext)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -171,7 +171,7 @@ def calibration_png(cal: pa.Table, title: str = "calibration") -> bytes:
     ax.set_ylabel("observed burn frequency")
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
-    ax.set_title(title, fontsize=9)
+    ax.set_title(title, fontsize=9, parse_math=False)  # submitter text: shown as written, never mathtext
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
     try:

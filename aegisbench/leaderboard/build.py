@@ -29,7 +29,9 @@ from pathlib import Path
 
 import polars as pl
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, clean_leftovers, output_lock, staged_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text, clean_leftovers, output_lock
+
+from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
@@ -38,6 +40,8 @@ from aegisbench.leaderboard.identity import bind_to_submissions, statuses
 from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
                                             current_evaluator_version, test_images)
 from aegisbench.leaderboard.site import render_site
+from aegisbench.overlap import refuse_overlap
+from aegisbench.private import private_dir
 from aegisbench.vocab import FIRESPREAD
 
 log = logging.getLogger(__name__)
@@ -137,6 +141,8 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
     condition gallery (one thumbnail per condition of the same frame).
     """
     refs = _references(references)
+    refuse_overlap({"--out": out}, {"--results": [results, *extra_results], "--dataset": dataset,
+                                    "--submissions": list(submissions), "--preview": preview, "--private": private_dir(private)})
     check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
     out = Path(out)
     with output_lock(out):

@@ -7,6 +7,7 @@ import argparse
 import sys
 
 from aegisbench.cli import command
+from aegisbench.overlap import declare_io
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "AEGISBENCH_PRIVATE): a row is verified only when its run was attested there")
     p.add_argument("--strict", action="store_true",
                    help="exit 2 if any results folder was skipped or a --reference has no merged results")
+    declare_io(p, reads={"results": "--results", "dataset": "--dataset", "preview": "--preview",
+                         "submissions": "--submissions"},  # --private: its private/ (build_leaderboard)
+               writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})
     p.set_defaults(func=cmd_leaderboard)
 
 

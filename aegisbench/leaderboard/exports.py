@@ -34,7 +34,9 @@ from pathlib import Path
 import matplotlib
 from matplotlib.figure import Figure
 
-from aegisbench.atomic import atomic_write_bytes, atomic_write_text, staged_dir
+from aegisbench.atomic import atomic_write_bytes, atomic_write_text
+
+from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, direction
 from aegisbench.leaderboard.plots import RC, mpl_text, series_key, tick_label

@@ -16,13 +16,10 @@ are read from one published version of it, even while a writer swaps in a new on
 
 from __future__ import annotations
 
-import io
 import json
 import logging
 import os
 import re
-import stat
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,37 +27,37 @@ from pathlib import Path
 import polars as pl
 
 from aegisbench.atomic import recover_dir
-from aegisbench.fields import is_finite_number
-from aegisbench.corruptions import corruption_families
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, printable
+from aegisbench.leaderboard.result_files import (  # noqa: F401 - read here and re-exported
+    ATTACHMENTS,
+    FAMILY_OF,
+    METRICS_COLUMNS,
+    METRICS_FILE,
+    OPTIONAL_COLUMNS,
+    PROVENANCE_FILE,
+    PROVENANCE_STRINGS,
+    STRATA_COLUMNS,
+    UnreadableResult,
+    _read_metrics,
+    check_metrics,
+    check_provenance,
+    check_strata,
+    snapshot,
+)
 from aegisbench.metrics import REGISTRY
-from aegisbench.vocab import CLEAN, TRACKS
+from aegisbench.readers import (
+    load_json,
+)
+from aegisbench.vocab import (
+    CLEAN,
+    FAMILIES,
+    STRATA_FILE,
+)
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.parquet"
-ATTACHMENTS = ("calibration.png",)  # optional evaluator figures carried to the model page
-PROVENANCE_FILE = "provenance.json"
-# Disaster family of every corruption, from the corruption registry (table order). Other
-# conditions (fire-spread stochasticity, WARP levels) may name their own family.
-FAMILY_OF = corruption_families()
-
-# column -> (kind, nullable); kind is "str", "int" or "float".
-METRICS_COLUMNS = {
-    "submission": ("str", False), "track": ("str", False), "source": ("str", False),
-    "config": ("str", False), "corruption": ("str", True), "family": ("str", True),
-    "severity": ("int", False), "metric": ("str", False), "value": ("float", True),
-    "lo": ("float", True), "hi": ("float", True), "n": ("int", True),
-}
-# optional cell columns: a frame ``t`` and a ``stratum``; the headline cell has t null and
-# stratum null or "all" (the fire-spread evaluator adds per-frame and stratified rows); and
-# ``note``, why a value is null ("0/0", "not physical for thermal"); tables written before
-# it existed read as all-null
-OPTIONAL_COLUMNS = {"t": ("int", True), "stratum": ("str", True), "note": ("str", True)}
-PROVENANCE_STRINGS = ("submission", "name", "team", "model", "track", "dataset_version",
-                      "dataset_digest", "evaluator_version")
 _INTERRUPTED = re.compile(r"\.(.+)\.old-\d+")  # the old copy of a two-rename swap (aegisbench.atomic)
-_POLARS = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
+
 
 
 @dataclass(frozen=True)
@@ -100,163 +97,25 @@ class Skipped:
             raise ValueError(f"unknown problem {self.problem!r}")
 
 
-def _kind_ok(dtype: pl.DataType, kind: str, nullable: bool) -> bool:
-    if dtype == pl.Null:
-        return nullable
-    if kind == "str":
-        return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
-    if kind == "int":
-        return dtype.is_integer()
-    return dtype.is_float() or dtype.is_integer()
-
-
-def check_metrics(df: pl.DataFrame, where: str) -> pl.DataFrame:
-    """Check columns, types and row invariants; return the rows with canonical dtypes."""
-    missing = [c for c in METRICS_COLUMNS if c not in df.columns]
-    if missing:
-        raise BadInput(f"missing column(s) {missing}", where=where)
-    for col, (kind, nullable) in METRICS_COLUMNS.items():
-        if not _kind_ok(df.schema[col], kind, nullable):
-            raise BadInput(f"column {col!r} has type {df.schema[col]}, expected {kind}", where=where)
-        if not nullable and df[col].null_count():
-            raise BadInput(f"column {col!r} has null values", where=where)
-    for col, (kind, nullable) in OPTIONAL_COLUMNS.items():
-        if col not in df.columns:
-            df = df.with_columns(pl.lit(None, dtype=_POLARS[kind]).alias(col))
-        elif not _kind_ok(df.schema[col], kind, nullable):
-            raise BadInput(f"column {col!r} has type {df.schema[col]}, expected {kind}", where=where)
-    if df.height == 0:
-        raise BadInput("no rows", where=where)
-    columns = {**METRICS_COLUMNS, **OPTIONAL_COLUMNS}
-    out = df.select([pl.col(c).cast(_POLARS[k]) for c, (k, _) in columns.items()])
-    out = out.with_columns([pl.col(c).fill_nan(None) for c in ("value", "lo", "hi")])
-    out = out.with_columns(pl.when(pl.col("value").is_null()).then(pl.col("note")).otherwise(None).alias("note"))
-    rows = out.with_row_index("_row")
-    bad = rows.filter(pl.col("lo").is_null() != pl.col("hi").is_null())
-    if bad.height:
-        raise BadInput(f"row {bad['_row'][0]}: lo and hi must both be set or both be null", where=where)
-    bad = rows.filter(pl.col("lo") > pl.col("hi"))
-    if bad.height:
-        raise BadInput(f"row {bad['_row'][0]}: lo > hi", where=where)
-    bad = rows.filter(pl.col("severity") < 0)
-    if bad.height:
-        raise BadInput(f"row {bad['_row'][0]}: negative severity", where=where)
-    bad = rows.filter((pl.col("config") == CLEAN)
-                      & (pl.col("corruption").is_not_null() | (pl.col("severity") != 0)))
-    if bad.height:
-        raise BadInput(f"row {bad['_row'][0]}: config 'clean' needs corruption null and severity 0",
-                       where=where)
-    for row in rows.select("_row", "corruption", "family", "severity").iter_rows(named=True):
-        corr, fam = row["corruption"], row["family"]
-        if corr in FAMILY_OF and fam != FAMILY_OF[corr]:
-            raise BadInput(f"row {row['_row']}: corruption {corr!r} belongs to family "
-                           f"{FAMILY_OF[corr]!r}, not {fam!r}", where=where)
-        if corr is None and fam is not None:
-            raise BadInput(f"row {row['_row']}: family without corruption", where=where)
-    keys = ["source", "config", "metric", "stratum", "t"]
-    dup = out.group_by(keys).len().filter(pl.col("len") > 1)
-    if dup.height:
-        first = dup.sort(keys).row(0, named=True)
-        extra = "".join(f" {k}={first[k]!r}" for k in ("stratum", "t") if first[k] is not None)
-        raise BadInput(f"duplicate rows for source={first['source']!r} config={first['config']!r} "
-                       f"metric={first['metric']!r}{extra}", where=where)
-    return out
-
-
-def _check_threshold(value, where: str) -> None:
-    if value is None:
-        return
-    if not is_finite_number(value):
-        raise BadInput(f"frozen_threshold must be a number or null, got {value!r}", where=where)
-
-
-def check_provenance(obj, where: str) -> dict:
-    """Check the required provenance fields; the rest is kept as given."""
-    if not isinstance(obj, dict):
-        raise BadInput("provenance must be a JSON object", where=where)
-    for key in (*PROVENANCE_STRINGS, "frozen_threshold"):
-        if key not in obj:
-            raise BadInput(f"missing field {key!r}", where=where)
-    for key in PROVENANCE_STRINGS:
-        if not isinstance(obj[key], str) or not obj[key].strip():
-            raise BadInput(f"field {key!r} must be a non-empty string", where=where)
-    if obj["track"] not in TRACKS:
-        raise BadInput(f"unknown track {obj['track']!r} (expected one of {list(TRACKS)})", where=where)
-    thr = obj["frozen_threshold"]
-    if isinstance(thr, dict):  # one threshold per source dataset
-        for src, val in thr.items():
-            _check_threshold(val, f"{where}: frozen_threshold.{src}")
-    else:
-        _check_threshold(thr, where)
-    return obj
-
-
-class UnreadableResult(BadInput):
-    """A results folder that exists but cannot be read (I/O error, broken link, a swap
-    that never settles): the leaderboard stops instead of leaving it out."""
-
-
-def _read_at(dfd: int, name: str, folder: Path) -> bytes | None:
-    """The bytes of regular file ``name`` in the open folder ``dfd`` (None: absent)."""
-    try:
-        fd = os.open(name, os.O_RDONLY, dir_fd=dfd)
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise UnreadableResult(f"cannot open {name} ({exc.strerror})", where=str(folder)) from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            return None
-        try:
-            return fh.read()
-        except OSError as exc:
-            raise UnreadableResult(f"cannot read {name} ({exc.strerror})", where=str(folder)) from None
-
-
-def snapshot(folder: str | Path, names) -> dict[str, bytes | None]:
-    """The bytes of ``names`` in ``folder`` (None: absent), all of one published version:
-    read through one folder handle, again when the folder was swapped meanwhile."""
-    folder = Path(folder)
-    for attempt in range(20):
-        try:
-            dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        except FileNotFoundError:
-            data, dfd = None, None
-        except OSError as exc:
-            raise UnreadableResult(f"cannot open the folder ({exc.strerror})", where=str(folder)) from None
-        if dfd is not None:
-            try:
-                data = {name: _read_at(dfd, name, folder) for name in names}
-                same = os.path.samestat(os.fstat(dfd), os.stat(folder))
-            except FileNotFoundError:
-                same = False
-            finally:
-                os.close(dfd)
-            if same:
-                return data
-        time.sleep(0.05 * (attempt + 1))
-    raise UnreadableResult("kept changing or vanished while being read (a writer is publishing it?)",
-                           where=str(folder))
-
-
 def read_entry(folder: str | Path) -> ResultEntry:
     """Read and check one results folder (all files from one published version of it);
     raise BadInput if it is malformed, :class:`UnreadableResult` if it cannot be read."""
     folder = Path(folder)
     mpath, ppath = folder / METRICS_FILE, folder / PROVENANCE_FILE
-    files = snapshot(folder, (METRICS_FILE, PROVENANCE_FILE, *ATTACHMENTS))
+    files = snapshot(folder, (METRICS_FILE, PROVENANCE_FILE, STRATA_FILE, *ATTACHMENTS))
     for path in (mpath, ppath):
         if files[path.name] is None:
             raise BadInput(f"missing {path.name}", where=str(folder))
     try:
-        prov = json.loads(files[PROVENANCE_FILE].decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = files[PROVENANCE_FILE].decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise BadInput(f"unreadable JSON ({exc})", where=str(ppath)) from None
+    try:  # nesting and integer length bounded
+        prov = load_json(text, str(ppath))
+    except BadInput as exc:
+        raise BadInput(f"unreadable JSON ({exc.message})", where=str(ppath)) from None
     prov = check_provenance(prov, str(ppath))
-    try:
-        df = pl.read_parquet(io.BytesIO(files[METRICS_FILE]))
-    except Exception as exc:  # any reader failure means the file is not usable Parquet
-        raise BadInput(f"unreadable Parquet ({type(exc).__name__}: {exc})", where=str(mpath)) from None
+    df = _read_metrics(files[METRICS_FILE], str(mpath))
     df = check_metrics(df, str(mpath))
     unknown = REGISTRY.unregistered(df["metric"].unique().to_list())
     if unknown:
@@ -270,6 +129,8 @@ def read_entry(folder: str | Path) -> ResultEntry:
         if other:
             raise BadInput(f"column {col!r} has {other[0]!r}, provenance says {prov[col]!r}",
                            where=str(mpath))
+    if files[STRATA_FILE] is not None:  # fire spread's pooled strata, read by the report: checked here
+        check_strata(_read_metrics(files[STRATA_FILE], str(folder / STRATA_FILE)), str(folder / STRATA_FILE))
     attachments = {name: files[name] for name in ATTACHMENTS if files[name] is not None}
     return ResultEntry(folder=folder.name, provenance=prov, metrics=df, attachments=attachments, path=folder)
 
@@ -348,15 +209,45 @@ def collect_results(results_dir: str | Path | None, expect: Expectation, extra: 
             log.warning("skipping stale results %s: %s", folder.name, why)
         else:
             entries.append(entry)
-    return entries, skipped
+    disagree = disagreeing_conditions(entries)
+    for folder, reason in sorted(disagree.items()):
+        skipped.append(Skipped(folder, "malformed", reason))
+        log.warning("skipping malformed results %s: %s", folder, reason)
+    return [e for e in entries if e.folder not in disagree], skipped
+
+
+def disagreeing_conditions(entries: Sequence[ResultEntry]) -> dict[str, str]:
+    """``folder -> reason`` for the results that place a condition (track, source, config)
+    elsewhere than the other results do (another corruption, severity or known family): the
+    leaderboard lines conditions up by name, so one folder's stray severity must not move
+    everyone's row. The place most folders give stands (on a tie, the first folder's by name)."""
+    said: dict[tuple, dict[tuple, list[str]]] = {}
+    for e in sorted(entries, key=lambda e: e.folder):
+        for src, cfg, corr, fam, sev in (e.metrics.select("source", "config", "corruption", "family", "severity")
+                                         .unique().sort("source", "config").iter_rows()):
+            place = (corr, fam if fam in FAMILIES else None, sev)  # (an unknown family sorts as any other)
+            said.setdefault((e.provenance["track"], src, cfg), {}).setdefault(place, []).append(e.folder)
+    out: dict[str, str] = {}
+    for (track, src, cfg), by in sorted(said.items()):
+        if len(by) < 2:
+            continue
+        best = min(by, key=lambda a: (-len(by[a]), by[a][0]))
+        for place, folders in by.items():
+            for folder in folders:
+                if place != best and folder not in out:
+                    out[folder] = (f"metrics.parquet: config {cfg!r} of {track}/{src} is corruption {place[0]!r}, family "
+                                   f"{place[1]!r}, severity {place[2]} here; {len(by[best])} other result(s) say "
+                                   f"{best[0]!r}, {best[1]!r}, {best[2]}")
+    return out
 
 
 def _relative_reason(exc: BadInput, folder: Path) -> str:
-    """The error message with its location made relative to the results folder."""
+    """The error message with its location made relative to the results folder, one escaped
+    line (a reader's message may span lines)."""
     where = exc.where or ""
     if where.startswith(str(folder)):
         where = where[len(str(folder)):].lstrip("/")
-    return f"{where}: {exc.message}" if where else exc.message
+    return printable(f"{where}: {exc.message}" if where else exc.message)
 
 
 def current_dataset_digest(dataset_dir: str | Path) -> str:

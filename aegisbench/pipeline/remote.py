@@ -80,10 +80,20 @@ def check_reachable(remote: RemoteTarget, for_push: bool = False) -> None:
 
 
 def describe_failure(output: str) -> str:
-    """DVC's ``ERROR:`` line of a failed command (else its last non-empty line), one line."""
+    """DVC's error of a failed command, whole, in one line: from its first ``ERROR:`` line to
+    the end (the targets it could not check out, its hint; not its "Having any troubles?"
+    footer), else its last non-empty line.
+
+    >>> describe_failure("WARNING: x\\nERROR: failed to pull - Checkout failed for following targets:\\n"
+    ...                  "data/a\\ndata/b\\nIs your cache up to date?\\n")
+    'failed to pull - Checkout failed for following targets: data/a data/b Is your cache up to date?'
+    """
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line.removeprefix("ERROR:").strip() for line in lines if line.startswith("ERROR:")]
-    return _one_line(errors[0] if errors else (lines[-1] if lines else "no output"))
+    start = next((i for i, line in enumerate(lines) if line.startswith("ERROR:")), None)
+    if start is None:
+        return _one_line(lines[-1] if lines else "no output")
+    kept = [line.removeprefix("ERROR:").strip() for line in lines[start:] if not line.startswith("Having any troubles?")]
+    return _one_line(" ".join(kept))
 
 
 def transfer(root: str | Path, verb: str, remote: RemoteTarget, jobs: int | None = None) -> None:

@@ -121,8 +121,11 @@ def test_duplicate_parquet_column_names(good, index, repo, capsys):
 def test_rows_past_the_declared_limit_are_refused_from_the_footer(good, index):
     pq.write_table(pa.table({"config": pa.nulls(MAX_PREDICTION_ROWS + 1, pa.string())}),
                    good / "predictions.parquet")
+    n_images = sum(len(index.image_ids(c, s)) for c, s in index.keys("sar"))
+    limit = min(MAX_PREDICTION_ROWS, n_images * 1000)  # the images of the track x the detections per image
     assert problems_of(good, index) == [f"predictions.parquet: {MAX_PREDICTION_ROWS + 1} rows, more than the limit "
-                                        f"of {MAX_PREDICTION_ROWS}"]
+                                        f"of {limit} ({n_images} images of the track x 1000 detections per image) "
+                                        "(from the file's footer, before any row is read)"]
 
 
 def test_many_duplicate_yolo_lines_are_all_counted_with_the_right_first_line(tmp_path):

@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from _hostilekit import files_of, wait_for
-from aegisbench.atomic import (PAUSE_ENV, clean_leftovers, leftovers, lock_path, output_lock, replace_dir,
-                               staged_dir)
+from aegisbench.atomic import PAUSE_ENV, clean_leftovers, leftovers, lock_path, output_lock, replace_dir
+from aegisbench.staging import staged_dir
 from aegisbench.cli import main
 from aegisbench.leaderboard.results import snapshot
 from test_leaderboard import EV, fake_dataset, hand_results, hand_rows, write_result  # noqa: F401
