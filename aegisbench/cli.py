@@ -28,6 +28,7 @@ import textwrap
 
 from aegisbench import __version__, logs, overlap, progress
 from aegisbench.errors import BadInput, printable
+from aegisbench.fields import did_you_mean
 from aegisbench.logs import MAX_LOG_CHARS, OneLineFormatter  # noqa: F401  (re-exported)
 
 # Modules that contribute sub-commands via ``register(subparsers)``.
@@ -84,6 +85,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         if "%(default)" in text or "(default" in text or action.default in (None, False, [], argparse.SUPPRESS):
             return text
         return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, naming the closest choice of a mistyped command or choice-valued option
+    (``invalid choice: 'evalute' ... (did you mean 'evaluate'?)``)."""
+
+    def _check_value(self, action: argparse.Action, value) -> None:
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as exc:
+            hint = did_you_mean(value, action.choices or ())
+            raise argparse.ArgumentError(action, exc.message + hint) from None
 
 
 def command(sub: argparse._SubParsersAction, name: str, summary: str, details: str = "",
@@ -198,7 +211,7 @@ class GroupedHelp(HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="aegisbench", formatter_class=lambda prog: GroupedHelp(prog, max_help_position=28),
         description="AegisBench: build the disaster-condition dataset repo, run detectors and forecasters, "
                     "evaluate submissions and publish the per-condition leaderboard.\n\n"

@@ -24,6 +24,7 @@ aegisbench.errors.BadInput: params.yaml: warp.a: must lie in [0.0, 1.0], got 2.0
 
 from __future__ import annotations
 
+import difflib
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -122,12 +123,42 @@ def check_bool(v: Any, name: str, *, error: type = ValueError, where: str | None
     return v
 
 
+def did_you_mean(value: Any, choices: Collection) -> str:
+    """`` (did you mean 'x'?)`` for the choice closest to a mistyped ``value``, else ``""``.
+
+    >>> did_you_mean("flders", ("hash", "folders", "lists")), did_you_mean("zzz", ("hash",))
+    (" (did you mean 'folders'?)", '')
+    """
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [str(c) for c in choices], n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_choice(v: Any, name: str, choices: Collection, *, error: type = ValueError,
                  where: str | None = None) -> Any:
-    """``v`` if it is one of ``choices``."""
+    """``v`` if it is one of ``choices``; the message names the closest one.
+
+    >>> check_choice("yolo", "format", ("voc", "yolo"))
+    'yolo'
+    >>> check_choice("ylo", "format", ("voc", "yolo"))
+    Traceback (most recent call last):
+    ...
+    aegisbench.fields.FieldError: format must be one of ('voc', 'yolo'), got 'ylo' (did you mean 'yolo'?)
+    """
     if v not in choices:
-        raise _fail(error, False, name, where, f"must be one of {tuple(choices)}, got {v!r}")
+        raise _fail(error, False, name, where, f"must be one of {tuple(choices)}, got {v!r}{did_you_mean(v, choices)}")
     return v
+
+
+def choices_metavar(choices: Collection) -> str:
+    """The metavar that shows an option's choices in ``--help`` (``{voc,yolo}``), for options
+    checked with :func:`check_choice` rather than argparse's ``choices``.
+
+    >>> choices_metavar(("voc", "yolo"))
+    '{voc,yolo}'
+    """
+    return "{" + ",".join(map(str, choices)) + "}"
 
 
 @dataclass(frozen=True)

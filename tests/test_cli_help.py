@@ -212,3 +212,29 @@ def test_progress_lines_come_every_interval_and_once_at_the_end(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0] == "detect sar: 30/400 img, 8%, 3 img/s, eta 2m03s"
     assert len(lines) == 5 and lines[-1] == "detect sar: 120/400 img, 30%, 3 img/s, eta 1m33s"
+
+
+def test_a_mistyped_command_or_choice_names_the_closest_one(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(["evalute", "submissions/x"])
+    assert info.value.code == 2 and "(did you mean 'evaluate'?)" in capsys.readouterr().err
+    (tmp_path / "src").mkdir()
+    base = ["build", "--source-dir", str(tmp_path / "src"), "--name", "x", "--class-map", "a=person",
+            "--out", str(tmp_path / "repo"), "--params", str(tmp_path / "none.yaml")]
+    assert main([*base, "--format", "ylo"]) == 2
+    assert "got 'ylo' (did you mean 'yolo'?)" in capsys.readouterr().err
+    assert main([*base, "--format", "voc", "--split-mode", "flders"]) == 2
+    assert "got 'flders' (did you mean 'folders'?)" in capsys.readouterr().err
+    assert main([*base, "--format", "voc", "--split-mode", "zzz"]) == 2
+    assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("command, option, shown", [
+    ("build", "--format", "{voc,yolo,coco,visdrone}"), ("build", "--split-mode", "{hash,folders,lists}"),
+    ("build", "--modality", "{rgb,thermal}"), ("detect", "--detector", "{yolo,rtdetr,fasterrcnn}"),
+    ("detect", "--executor", "{local,ray}"), ("evaluate", "--threshold-grid", "{scores,seed001,V1,V2,...}")])
+def test_choices_are_shown_in_the_help(command, option, shown):
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helptext = sub.choices[command].format_help()
+    assert f"{option} {shown}" in helptext

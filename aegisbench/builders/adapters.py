@@ -42,7 +42,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from aegisbench.fields import check_int
+from aegisbench.fields import check_int, did_you_mean
 from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.adapters_diagnose import empty_source_message
@@ -113,10 +113,10 @@ class SourceSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"name must be snake_case, got {self.name!r}")
-        if self.format not in FORMATS:
-            raise ValueError(f"unknown format {self.format!r}; expected one of {FORMATS}")
-        if self.split_mode not in SPLIT_MODES:
-            raise ValueError(f"split_mode must be one of {SPLIT_MODES}, got {self.split_mode!r}")
+        for key, choices in (("format", FORMATS), ("split_mode", SPLIT_MODES)):
+            value = getattr(self, key)
+            if value not in choices:
+                raise ValueError(f"{key} must be one of {choices}, got {value!r}{did_you_mean(value, choices)}")
         if not isinstance(self.path, (str, Path)):
             raise TypeError("path must be a str or Path")
         object.__setattr__(self, "path", Path(self.path))

@@ -19,9 +19,9 @@ import aegisbench
 from aegisbench.cli import command
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
-from aegisbench.fields import check_choice
+from aegisbench.fields import check_choice, choices_metavar
 from aegisbench.params import Params, SourceParams
-from aegisbench.vocab import DETECTION_TRACKS, FIRESPREAD, SOURCE_FORMATS, TRACK_LABELS, TRACKS
+from aegisbench.vocab import DETECTION_TRACKS, FIRESPREAD, MODALITIES, SOURCE_FORMATS, TRACK_LABELS, TRACKS
 
 log = logging.getLogger(__name__)
 
@@ -122,21 +122,25 @@ def source_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a local dataset folder (--source-dir; options as in params.yaml "
                              "sources.<name>.options)")
     g.add_argument("--source-dir", help="build from this local dataset folder instead of the params sources")
-    g.add_argument("--format", help=f"format of --source-dir: {', '.join(SOURCE_FORMATS)}")
+    g.add_argument("--format", metavar=choices_metavar(SOURCE_FORMATS),
+                   help=f"format of --source-dir: {', '.join(SOURCE_FORMATS)}")
     g.add_argument("--name", help="source name, snake_case (e.g. heridal)")
-    g.add_argument("--track", default="sar", help="detection track of the source: sar or smoke")
-    g.add_argument("--modality", help="the sensor: rgb (default) or thermal")
+    g.add_argument("--track", default="sar", metavar=choices_metavar(DETECTION_TRACKS),
+                   help="detection track of the source: sar or smoke")
+    g.add_argument("--modality", metavar=choices_metavar(MODALITIES), help="the sensor: rgb (default) or thermal")
     g.add_argument("--class-map", help="CLASS=TARGET[,...]; TARGET the track's label, none (drop) or ignore "
                    "(an ignore region); every class of the data must be named")
     g.add_argument("--target-label", help="the track's one class (default: person on sar, smoke on smoke)")
-    g.add_argument("--split-mode", help="hash (group-aware SHA-256, default), folders (the dataset's "
+    g.add_argument("--split-mode", metavar="{hash,folders,lists}",
+                   help="hash (group-aware SHA-256, default), folders (the dataset's "
                    "train/val/test folders) or lists (official split lists)")
     g.add_argument("--split-lists", help="train=FILE,val=FILE,test=FILE relative to --source-dir (lists "
                    "default: ImageSets/Main/<split>.txt)")
     g.add_argument("--fractions", help="TRAIN,VAL,TEST fractions of the hash split (default 0.7,0.15,0.15)")
     g.add_argument("--group-pattern", help="regex searched in the image id: group 1 is kept in one split, an "
                    "optional group 2 is the frame number (visdrone default: the video id; none: no groups)")
-    g.add_argument("--coordinate-base", help="VOC pixel coordinates: auto (default, detected), 0 or 1")
+    g.add_argument("--coordinate-base", metavar="{auto,0,1}",
+                   help="VOC pixel coordinates: auto (default, detected), 0 or 1")
     g.add_argument("--meta-pattern", help="regex with named groups searched in the image id, each a "
                    "per-image column, e.g. '(?P<time>day|night)'")
     g.add_argument("--phash-max-distance", help="near-duplicate distance to test in bits (default 6; none: off)")
@@ -147,7 +151,8 @@ def source_args(p: argparse.ArgumentParser) -> None:
 
 def executor_args(p: argparse.ArgumentParser) -> None:
     """``--executor``, ``--workers``, ``--ray-address`` (defaults: the AEGISBENCH_* variables)."""
-    p.add_argument("--executor", help="local (default: processes on this machine) or ray (a Ray cluster)")
+    p.add_argument("--executor", metavar="{local,ray}",
+                   help="local (default: processes on this machine) or ray (a Ray cluster)")
     p.add_argument("--workers", type=int, help="local worker processes (default build.workers); the CPUs of a "
                    "local Ray started for --executor ray without --ray-address")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")

@@ -59,7 +59,8 @@ def register(subparsers) -> None:
                    help="geometry of the corruptions (default: build.geometry of --params)")
     p.add_argument("--benchmark-version", help="version that seeds the sample (default: benchmark_version "
                    "of --params)")
-    p.add_argument("--params", default="params.yaml", help="params file (the source of the --geometry and --benchmark-version defaults)")
+    p.add_argument("--params", default="params.yaml",
+                   help="params file (the source of the --geometry and --benchmark-version defaults)")
     p.add_argument("--rtol", type=float, default=0.02, help="fit tolerance (relative)")
     declare_io(p, reads={"source_table": "--source-table", "table": "--table", "params": "--params"},
                writes={"out": "--out", "metrics": "--metrics"})

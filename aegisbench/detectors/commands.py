@@ -54,14 +54,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                  "aegisbench detect --detector rtdetr --weights rtdetr-l.pt --track smoke "
                  "--out submissions/my_rtdetr --team 'My lab' --device cuda:0 --half"])
     _detector_args(p)
-    p.add_argument("--track", required=True, help="sar or smoke")
+    p.add_argument("--track", required=True, metavar="{sar,smoke}", help="sar or smoke")
     p.add_argument("--classes", help="model classes (names or ids, comma-separated) that are the track's target "
                    "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
                    "target, or a single-class model's one class")
     p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
     _submission_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
-    p.add_argument("--executor", help="local (default: this process, or --workers processes) or ray "
+    p.add_argument("--executor", metavar="{local,ray}",
+                   help="local (default: this process, or --workers processes) or ray "
                    "(Ray Data actors, one per GPU of the cluster)")
     p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
                    "this process); the CPUs of a local Ray started for --executor ray")
@@ -121,7 +122,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
 
 def _detector_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("detector")
-    g.add_argument("--detector", required=True, help="yolo, rtdetr or fasterrcnn")
+    g.add_argument("--detector", required=True, metavar="{yolo,rtdetr,fasterrcnn}", help="yolo, rtdetr or fasterrcnn")
     g.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
     p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")

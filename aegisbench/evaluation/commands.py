@@ -84,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results", dest="results", metavar="DIR",
                    help="results folder: writes <out>/<submission id>/")
     deprecated_alias(p, "--results", "--out")
-    p.add_argument("--threshold-grid", default="scores",
+    p.add_argument("--threshold-grid", default="scores", metavar="{scores,seed001,V1,V2,...}",
                    help="threshold candidates: 'scores' (every distinct val score), 'seed001' "
                         "(0.01..0.20) or comma-separated values")
     p.add_argument("--max-dets", type=int, default=None,
@@ -97,7 +97,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", metavar="DIR",
                    help="the private label repo of a dataset whose test labels are withheld (default: "
                         "private/labels when it exists)")
-    p.add_argument("--executor", help="local (default) or ray: where the sources of the track are scored "
+    p.add_argument("--executor", metavar="{local,ray}",
+                   help="local (default) or ray: where the sources of the track are scored "
                    "(each source is independent)")
     p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
@@ -133,7 +134,7 @@ def _register_import_published(sub: argparse._SubParsersAction) -> None:
     p.add_argument("table", help="CSV or Parquet table")
     p.add_argument("--layout", choices=("long", "release"), default="long", help="table layout")
     p.add_argument("--id", required=True, help="results folder name (the release layout appends _<model>)")
-    p.add_argument("--track", required=True, help="sar, smoke or firespread")
+    p.add_argument("--track", required=True, metavar="{sar,smoke,firespread}", help="sar, smoke or firespread")
     p.add_argument("--name", required=True, help="name of the publication's rows")
     p.add_argument("--team", required=True, help="who published the numbers")
     p.add_argument("--model", help="the model (long layout; the release layout names it per row)")

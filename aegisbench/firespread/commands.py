@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from aegisbench.cli import command, deprecated_alias
 from aegisbench.overlap import declare_io
@@ -68,7 +67,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--forecast", default="persistence",
                    help="'persistence' or a Parquet file with columns sample (int), probability (64x64)")
     p.add_argument("--out", help="write metrics.parquet and calibration.png here")
-    p.add_argument("--n-resamples", type=int, default=1000, dest="n_boot", metavar="N", help="bootstrap resamples (samples)")
+    p.add_argument("--n-resamples", type=int, default=1000, dest="n_boot", metavar="N",
+                   help="bootstrap resamples (samples)")
     deprecated_alias(p, "--n-boot", "--n-resamples")
     p.add_argument("--threshold", type=float, default=0.5, help="probability above which a cell is burnt")
     declare_io(p, reads={"tfrecords": "tfrecords"}, writes={"out": "--out"})  # --forecast may be a word
