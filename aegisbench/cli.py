@@ -26,10 +26,14 @@ import os
 import sys
 import textwrap
 
-from aegisbench import __version__, logs, overlap, progress
-from aegisbench.errors import BadInput, printable
-from aegisbench.fields import did_you_mean
-from aegisbench.logs import MAX_LOG_CHARS, OneLineFormatter  # noqa: F401  (re-exported)
+from aegisbench import isa
+
+isa.pin()  # the command makes bytes: x86-64-v3 kernels, before NumPy, OpenCV or torch load (aegisbench.isa)
+
+from aegisbench import __version__, logs, overlap, progress  # noqa: E402
+from aegisbench.errors import BadInput, printable  # noqa: E402
+from aegisbench.fields import did_you_mean  # noqa: E402
+from aegisbench.logs import MAX_LOG_CHARS, OneLineFormatter  # noqa: E402,F401  (re-exported)
 
 # Modules that contribute sub-commands via ``register(subparsers)``.
 COMMAND_MODULES = [

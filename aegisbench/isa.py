@@ -8,10 +8,12 @@ two digests that way (0.5.0: ``8e8c7ca4…`` with AVX-512 kernels, ``083a4edf…
 
 :func:`pin` caps every one of those libraries at x86-64-v3 (AVX2 + FMA) through the
 environment variables they read when they load, so an AVX2 laptop and an AVX-512 server
-run the same kernels and write the same bytes. It runs when :mod:`aegisbench` is
-imported, so it is in force when ``aegisbench`` (the command) or a test imports the
-package before NumPy; :func:`require` refuses to make bytes in a process where NumPy or
-OpenCV loaded before the cap (one line, exit 2). Child processes inherit the variables.
+run the same kernels and write the same bytes. ``import aegisbench`` leaves the process
+alone: the ``aegisbench`` command (:mod:`aegisbench.cli`) pins before NumPy loads, tests pin in
+``conftest.py``, and a Python program calls :func:`aegisbench.pin_isa` first;
+:func:`require` refuses to make bytes in a process where NumPy or OpenCV loaded before the
+cap (one line, exit 2). Child processes inherit the variables (Ray workers get them in
+their ``runtime_env``).
 A CPU below x86-64-v3 (or not x86) runs its native kernels under profile ``native-<arch>``,
 recorded in the manifest; the pinned digests hold for ``x86-64-v3``.
 
@@ -137,5 +139,5 @@ def require(what: str) -> None:
     its bytes would depend on this CPU."""
     found = problems()
     if found:
-        raise BadInput(f"{what} would depend on this CPU: {'; '.join(found)} (import aegisbench before "
-                       f"numpy/cv2, or run the aegisbench command)", where="instruction-set profile")
+        raise BadInput(f"{what} would depend on this CPU: {'; '.join(found)} (run the aegisbench command, "
+                       f"or call aegisbench.pin_isa() before numpy, cv2 or torch load)", where="instruction-set profile")

@@ -25,11 +25,14 @@ ONE_THREAD = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_N
 
 
 def cap() -> None:
-    """Import :mod:`aegisbench` (its instruction-set cap) before NumPy/OpenCV/torch load."""
-    late = [m for m in ("numpy", "cv2", "torch") if m in sys.modules]
-    if late and "aegisbench" not in sys.modules:
-        raise RuntimeError(f"perf/_bench: {', '.join(late)} loaded before the instruction-set cap")
-    import aegisbench  # noqa: F401
+    """The instruction-set cap (:func:`aegisbench.pin_isa`) before NumPy/OpenCV/torch load."""
+    import aegisbench
+    from aegisbench import isa
+
+    aegisbench.pin_isa()
+    late = isa.problems()  # a library loaded before the cap keeps its kernels
+    if late:
+        raise RuntimeError(f"perf/_bench: loaded before the instruction-set cap: {'; '.join(late)}")
 
 
 def one_thread() -> None:

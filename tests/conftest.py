@@ -11,7 +11,9 @@ import sys
 if "numpy" in sys.modules:  # pragma: no cover - a plugin imported it before us
     raise RuntimeError("numpy was imported before tests/conftest.py: the instruction-set cap "
                        "(aegisbench.isa) cannot apply; bytes would depend on this CPU")
-import aegisbench  # noqa: E402,F401  isort: skip
+from aegisbench import pin_isa  # noqa: E402  isort: skip
+
+pin_isa()  # before NumPy: the bytes the tests check are x86-64-v3 bytes on every machine
 
 import os  # noqa: E402
 import tempfile  # noqa: E402

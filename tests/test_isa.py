@@ -74,7 +74,7 @@ def test_numpy_loaded_before_aegisbench_is_refused():
 @pytest.mark.skipif(not HAS_AVX512, reason="only a CPU with AVX-512 has kernels above the cap to differ")
 def test_the_cap_changes_what_an_avx512_cpu_computes():
     """Why the cap exists: the same resize + matrix product, capped and native, differ here."""
-    code = ("import sys\nif sys.argv[1] == 'capped':\n    import aegisbench\n"
+    code = ("import sys\nif sys.argv[1] == 'capped':\n    import aegisbench; aegisbench.pin_isa()\n"
             "import numpy as np, cv2, hashlib\n"
             "rng = np.random.default_rng(7)\na = rng.random((257, 263, 5))\nb = rng.random((5, 3))\n"
             "x = cv2.resize((a @ b).astype(np.float32), (611, 599), interpolation=cv2.INTER_CUBIC)\n"
@@ -107,3 +107,21 @@ def test_mean_sobel_is_exact_and_the_same_on_every_kernel():
     native = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                             timeout=120, check=True).stdout.strip()
     assert native == repr(mean_sobel(img))
+
+
+def test_importing_aegisbench_leaves_the_process_alone_and_the_command_pins():
+    """A notebook's own NumPy and torch keep their kernels: the import sets nothing; the CLI
+    module and an explicit pin_isa() set the cap (on an x86-64-v3 machine)."""
+    env = {k: v for k, v in os.environ.items() if k not in isa.ENV}
+    code = ("import os, sys\nbefore = dict(os.environ)\nimport aegisbench, aegisbench.evaluation.submission\n"
+            "print(dict(os.environ) == before)\n"
+            "import aegisbench.cli\nprint(sorted(set(os.environ) - set(before)))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         check=True).stdout.splitlines()
+    assert out[0] == "True"
+    want = sorted(isa.cap_env(isa.cpu_flags()))
+    assert out[1] == repr(want)
+    code = "import os, aegisbench\nprint(aegisbench.pin_isa(), sorted(k for k in os.environ if k in %r))" % (isa.ENV,)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                         check=True).stdout.split(" ", 1)
+    assert out[0] == isa.profile() and out[1].strip() == repr(want)
