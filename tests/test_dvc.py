@@ -19,6 +19,7 @@ import yaml
 
 from aegisbench.builders.manifest import load_manifest, verify_repo
 from aegisbench.cli import main
+from aegisbench.errors import BadInput
 from aegisbench.pipeline import fast_params, prepare_project
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,6 +163,19 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert f"--drop '{EXP_SHOW_DROP}'" in (ROOT / "README.md").read_text()
     assert "…" not in shown and "n_resamples" in shown and "61" in shown and "60" in shown, shown
     assert "…" in _run([*dvc, "exp", "show", "--no-pager"], repo, narrow_env)
+
+    # `aegisbench run --fast` prepares this project again: the experiment's parameters are kept,
+    # nothing is committed over it, and `dvc exp show` still lists it
+    head = _run(["git", "rev-parse", "HEAD"], repo, env)
+    mine = (repo / "params.yaml").read_bytes()
+    prepare_project(ROOT, repo, fast_params(yaml.safe_load((ROOT / "params.yaml").read_text())))
+    assert (repo / "params.yaml").read_bytes() == mine and _run(["git", "rev-parse", "HEAD"], repo, env) == head
+    assert "61" in _run([*dvc, "exp", "show", "--no-pager", "--only-changed", "--drop", EXP_SHOW_DROP], repo,
+                        narrow_env)
+    changed = fast_params({**yaml.safe_load((ROOT / "params.yaml").read_text()), "benchmark_version": "9.9.9"})
+    with pytest.raises(BadInput, match="changed since aegisbench run --fast wrote it"):
+        prepare_project(ROOT, repo, changed)  # the checkout's params changed too: refused, nothing reset
+    assert (repo / "params.yaml").read_bytes() == mine
 
     # an invalid submission stops the pipeline with the validator's message; the published
     # leaderboard is left exactly as it was

@@ -18,6 +18,7 @@ works there too.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import os
 import shutil
@@ -99,7 +100,6 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     (dest / "submissions").mkdir(exist_ok=True)
     if (checkout / "submissions/README.md").is_file():
         shutil.copy(checkout / "submissions/README.md", dest / "submissions/README.md")
-    atomic_write_text(dest / "params.yaml", yaml.safe_dump(params, sort_keys=False))
     ignore = dest / ".gitignore"
     lines = ignore.read_text().splitlines() if ignore.is_file() else []
     missing = [line for line in GITIGNORE if line not in lines]
@@ -110,14 +110,39 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     if not (dest / ".dvc").exists():
         _call([sys.executable, "-m", "dvc", "init", "-q"], dest)
         _call([sys.executable, "-m", "dvc", "config", "core.analytics", "false"], dest)
-    commit_all(dest, "aegisbench run --fast: the checkout's dvc.yaml and code on the fast params")
+    wrote = _write_params(dest, yaml.safe_dump(params, sort_keys=False))
+    paths = [*PROJECT_DIRS, *PROJECT_FILES, ".gitignore", ".dvc", ".dvcignore", "submissions/README.md"]
+    commit_all(dest, "aegisbench run --fast: the checkout's dvc.yaml and code on the fast params",
+               [p for p in paths if (dest / p).exists()] + (["params.yaml"] if wrote else []))
     return dest
 
 
-def commit_all(repo: Path, message: str) -> bool:
-    """Commit everything git does not ignore in ``repo`` (the project DVC and ``dvc exp run``
-    start from: experiments need a commit); False if there was nothing to commit."""
-    _call(["git", "add", "-A"], repo)
+def _write_params(dest: Path, text: str) -> bool:
+    """Write the fast ``params.yaml`` unless the user changed the one written last (a DVC
+    experiment, ``dvc exp run -S ...``, or an edit): then it is kept while the checkout's
+    params are unchanged, and BadInput when both changed (nothing is reset). True if written."""
+    path, marker = dest / "params.yaml", dest / ".git" / "aegisbench-fast-params.sha256"
+    new = hashlib.sha256(text.encode()).hexdigest()
+    last = marker.read_text().strip() if marker.is_file() else None
+    current = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+    if current is not None and last is not None and current != last:  # changed since run --fast wrote it
+        if new == last:
+            log.info("%s: kept as you changed it (a DVC experiment's parameters?)", path)
+            return False
+        raise BadInput("changed since aegisbench run --fast wrote it, and the checkout's params.yaml changed "
+                       "too: keep your change in an experiment (dvc exp save) or discard it (git checkout "
+                       "params.yaml), then run again", where=str(path))
+    if current != new:
+        atomic_write_text(path, text)
+    atomic_write_text(marker, new + "\n")
+    return current != new
+
+
+def commit_all(repo: Path, message: str, paths: list[str] | None = None) -> bool:
+    """Commit ``paths`` (default: everything git does not ignore) in ``repo`` (the project DVC
+    and ``dvc exp run`` start from: experiments need a commit); False if nothing changed, so
+    HEAD, and the experiments listed on it, stay where they were."""
+    _call(["git", "add", "-A", "--", *(paths or ["."])], repo)
     staged = subprocess.run(["git", "diff", "--cached", "--quiet"], cwd=repo, env=_env())
     has_head = subprocess.run(["git", "rev-parse", "-q", "--verify", "HEAD"], cwd=repo, env=_env(),
                               capture_output=True).returncode == 0
