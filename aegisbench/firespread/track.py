@@ -154,15 +154,15 @@ def score_forecasts(sub, index, params, executor=None, progress: bool = False) -
 def calibration_png(cal: pa.Table, title: str = "calibration") -> bytes:
     """Calibration curves (one line per S-level) with the diagonal, as PNG bytes; ``title``
     is plain text (a submission's name: ``$...$`` is not mathtext)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend and figures are left alone
 
     d = cal.to_pydict()
-    fig, ax = plt.subplots(figsize=(5, 5), dpi=100)
+    fig = Figure(figsize=(5, 5), dpi=100)
+    ax = fig.subplots()
     ax.plot([0, 1], [0, 1], color="0.6", linestyle="--", linewidth=1, label="perfect")
     levels = sorted(set(d["severity"]))
-    cmap = plt.get_cmap("inferno")
+    cmap = colormaps["inferno"]
     for i, s in enumerate(levels):
         idx = [j for j, v in enumerate(d["severity"]) if v == s]
         ax.plot([d["prob_pred"][j] for j in idx], [d["prob_true"][j] for j in idx], marker="o", markersize=3,
@@ -174,10 +174,7 @@ def calibration_png(cal: pa.Table, title: str = "calibration") -> bytes:
     ax.set_title(title, fontsize=9, parse_math=False)  # submitter text: shown as written, never mathtext
     ax.legend(fontsize=7, ncol=2, loc="upper left")
     fig.tight_layout()
-    try:
-        return png_bytes(fig)
-    finally:
-        plt.close(fig)
+    return png_bytes(fig)
 
 
 def _summary(sub) -> str:
