@@ -15,6 +15,7 @@ from pathlib import Path
 from aegisbench.cli import command, export_global_options
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
+from aegisbench.fields import did_you_mean
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,8 @@ def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, obje
     from aegisbench.detectors.interface import DETECTORS, load_detector
 
     if args.detector not in DETECTORS:
-        raise BadInput(f"unknown detector {args.detector!r}; expected one of {sorted(DETECTORS)}", where="--detector")
+        raise BadInput(f"unknown detector {args.detector!r}; expected one of {sorted(DETECTORS)}"
+                       f"{did_you_mean(args.detector, sorted(DETECTORS))}", where="--detector")
     options = _options(args)
     if on_driver is not None:
         options = dataclasses.replace(options, device=on_driver, half=False)

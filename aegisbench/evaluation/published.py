@@ -39,6 +39,7 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.metadata import check_date, check_url, text_problem
 from aegisbench.evaluation.results import PROVENANCE_FILE, _dump, results_table
 from aegisbench.evaluation.version import EVALUATOR_VERSION
+from aegisbench.fields import did_you_mean
 from aegisbench.staging import staged_dir
 from aegisbench.metrics import REGISTRY
 from aegisbench.readers import read_regular_bytes
@@ -65,7 +66,8 @@ class Publication:
 
     def __post_init__(self) -> None:
         if self.track not in TRACKS:
-            raise BadInput(f"must be one of {list(TRACKS)}, got {self.track!r}", where="--track")
+            raise BadInput(f"must be one of {list(TRACKS)}, got {self.track!r}{did_you_mean(self.track, TRACKS)}",
+                           where="--track")
         for flag, value, limit in (("--name", self.name, 200), ("--team", self.team, 200),
                                    ("--protocol", self.protocol, 2000), ("--citation", self.citation, 4000)):
             why = "missing or empty" if not value.strip() else text_problem(value, limit, multiline=flag != "--name")
@@ -190,7 +192,8 @@ def import_published(table: str | Path, layout: str, sid: str, pub: Publication,
     one per model (``release``: ``<sid>_<model>``); returns the folders."""
     from aegisbench.evaluation.intake import SUBMISSION_ID
     if layout not in LAYOUTS:
-        raise BadInput(f"must be one of {list(LAYOUTS)}, got {layout!r}", where="--layout")
+        raise BadInput(f"must be one of {list(LAYOUTS)}, got {layout!r}{did_you_mean(layout, LAYOUTS)}",
+                       where="--layout")
     raw = read_table(table)
     if layout == "long":
         if not model:
