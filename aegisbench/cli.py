@@ -54,7 +54,7 @@ COMMAND_GROUPS = {
     "detect": ("train-reference", "detect", "warp-detect"),
     "firespread": ("firespread-baselines", "firespread-simulate", "firespread-report", "firespread-ndws"),
     "evaluate": ("validate", "evaluate", "import-published"),
-    "publish": ("leaderboard", "publish"),
+    "publish": ("leaderboard", "export", "publish"),
     "pipeline": ("run", "pull", "push"),
     "host a leaderboard": ("team", "serve", "worker", "submit", "hosted-board"),
 }
@@ -111,28 +111,6 @@ def command(sub: argparse._SubParsersAction, name: str, summary: str, details: s
     epilog = "examples:\n" + "\n".join(f"  {e}" for e in examples) if examples else None
     return sub.add_parser(name, help=summary, description=description, epilog=epilog,
                           formatter_class=HelpFormatter, **kwargs)
-
-
-class DeprecatedAlias(argparse.Action):
-    """A former name of an option: hidden from the help, sets the same value as the
-    canonical option, and the command logs one warning naming the new flag."""
-
-    def __init__(self, option_strings, dest, canonical: str, **kwargs) -> None:
-        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
-        super().__init__(option_strings, dest, **kwargs)
-        self.canonical = canonical
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        setattr(namespace, self.dest, values)
-        used = getattr(namespace, "deprecated_flags", None) or []
-        namespace.deprecated_flags = [*used, (option_string, self.canonical)]
-
-
-def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
-    """Keep ``old`` working as a hidden alias of the already-added option ``new``."""
-    target = p._option_string_actions[new]
-    p.add_argument(old, action=DeprecatedAlias, dest=target.dest, canonical=new, type=target.type,
-                   metavar=target.metavar)
 
 
 #: How ``aegisbench run`` hands -v/-q and --progress-interval to the commands of its stages.

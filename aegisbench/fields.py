@@ -24,6 +24,8 @@ aegisbench.errors.BadInput: params.yaml: warp.a: must lie in [0.0, 1.0], got 2.0
 
 from __future__ import annotations
 
+import argparse
+
 import difflib
 import math
 from collections.abc import Collection, Mapping
@@ -219,3 +221,25 @@ def check_fields(obj: Any, bounds: Mapping[str, Range | tuple] | None = None, *,
             value = as_range(spec).check(v, f"{cls}.{name}", error=error)
         if coerce and value is not None:
             object.__setattr__(obj, name, value)
+
+
+class DeprecatedAlias(argparse.Action):
+    """A former name of an option: hidden from the help, sets the same value as the
+    canonical option, and the command logs one warning naming the new flag."""
+
+    def __init__(self, option_strings, dest, canonical: str, **kwargs) -> None:
+        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+        self.canonical = canonical
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        used = getattr(namespace, "deprecated_flags", None) or []
+        namespace.deprecated_flags = [*used, (option_string, self.canonical)]
+
+
+def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
+    """Keep ``old`` working as a hidden alias of the already-added option ``new``."""
+    target = p._option_string_actions[new]
+    p.add_argument(old, action=DeprecatedAlias, dest=target.dest, canonical=new, type=target.type,
+                   metavar=target.metavar)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aegisbench.attribution import check_citation, check_homepage, spdx_license
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice, check_int
 from aegisbench.hashing import json_sha256
@@ -36,10 +37,11 @@ class SourceParams:
     track: str
     kind: str
     options: dict = field(default_factory=dict)
-    license: str = "unknown"
-    citation: str = ""
+    license: str = "unknown"  # an SPDX id (aegisbench/attribution.py); publish refuses unknown
+    citation: str = ""  # BibTeX of the source dataset (and its paper)
     description: str = ""
     modality: str = "rgb"  # the sensor: rgb (visible band) or thermal (LWIR); decides which corruptions apply
+    homepage: str = ""  # an http(s) URL
 
     def __post_init__(self) -> None:
         where = f"params.yaml: sources.{self.name}"
@@ -50,6 +52,11 @@ class SourceParams:
         check_choice(self.modality, "modality", MODALITIES, error=BadInput, where=f"{where}.modality")
         if not isinstance(self.options, dict):
             raise BadInput("options must be a mapping", where=where)
+        if not isinstance(self.description, str) or len(self.description) > 2000:
+            raise BadInput("must be text of at most 2000 characters", where=f"{where}.description")
+        object.__setattr__(self, "license", spdx_license(self.license, where=f"{where}.license"))
+        object.__setattr__(self, "citation", check_citation(self.citation, where=f"{where}.citation"))
+        object.__setattr__(self, "homepage", check_homepage(self.homepage, where=f"{where}.homepage"))
 
 
 @dataclass(frozen=True)
@@ -97,7 +104,7 @@ class Params:
         for name, spec in (raw.get("sources") or {}).items():
             if not isinstance(spec, dict):
                 raise BadInput("must be a mapping", where=f"params.yaml: sources.{name}")
-            known = {"track", "kind", "options", "license", "citation", "description", "modality"}
+            known = {"track", "kind", "options", "license", "citation", "description", "modality", "homepage"}
             extra = set(spec) - known
             if extra:
                 raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")

@@ -277,7 +277,7 @@ def test_folders_mode_reports_groups_straddling_splits(tmp_path):
 
 
 # ---------------------------------------------------------------- near-duplicates
-def test_near_duplicate_of_test_is_excluded_from_train_and_val(tmp_path):
+def test_near_duplicate_of_test_is_excluded_from_train_and_val_only_when_asked(tmp_path):
     root = tmp_path / "dup"
     base = scene("dupbase")
     put(root / "images" / "test" / "t1.jpg", base)
@@ -286,7 +286,13 @@ def test_near_duplicate_of_test_is_excluded_from_train_and_val(tmp_path):
     put(root / "images" / "train" / "seqB_0002.jpg", scene("unrelated1"))  # same group, distinct
     put(root / "images" / "val" / "v1.png", base)
     put(root / "images" / "train" / "u2.jpg", scene("unrelated2"))
-    s = spec("dup", "yolo", root, {"0": "person"}, group_pattern=r"^(seqB|t1|v1|u2)")
+    official = load_source(spec("dup", "yolo", root, {"0": "person"}, group_pattern=r"^(seqB|t1|v1|u2)"))
+    # the dataset's own folders are used as they are: both pairs reported, nothing excluded
+    assert len(official.records) == 5 and official.report.excluded == ()
+    assert official.report.near_duplicate_policy == "report"
+    assert {(e.image_id, e.test_id) for e in official.report.near_duplicates} == {("seqB_0001", "t1"), ("v1", "t1")}
+    assert [d["image_id"] for d in official.report.to_dict()["near_duplicates"]] == ["seqB_0001", "v1"]
+    s = spec("dup", "yolo", root, {"0": "person"}, group_pattern=r"^(seqB|t1|v1|u2)", near_duplicates="exclude")
     load = load_source(s)
     ids = {r.image_id for r in load.records}
     assert ids == {"t1", "seqB_0002", "u2"}  # only the near-duplicate frame leaves its group
@@ -297,8 +303,15 @@ def test_near_duplicate_of_test_is_excluded_from_train_and_val(tmp_path):
     assert 0 <= ex["seqB_0001"].distance <= 6
     assert load.report.split_counts == {"train": 2, "val": 0, "test": 1}
     assert load.report.to_dict()["excluded"][0]["image_id"] == "seqB_0001"
-    kept_all = load_source(spec("dup", "yolo", root, {"0": "person"}, phash_max_distance=None))
-    assert len(kept_all.records) == 5 and kept_all.report.excluded == ()
+    assert load.report.near_duplicates == load.report.excluded
+    hashed = load_source(spec("dup", "yolo", root, {"0": "person"}, split_mode="hash", group_pattern=r"^(seqB|t1|v1|u2)"))
+    assert hashed.report.near_duplicate_policy == "exclude"  # our own hash split: excluded by default
+    assert {e.image_id for e in hashed.report.excluded} == {e.image_id for e in hashed.report.near_duplicates}
+    kept_all = load_source(spec("dup", "yolo", root, {"0": "person"}, phash_max_distance=None,
+                                near_duplicates="exclude"))
+    assert len(kept_all.records) == 5 and kept_all.report.excluded == () == kept_all.report.near_duplicates
+    with pytest.raises(ValueError, match="near_duplicates must be one of"):
+        spec("dup", "yolo", root, {"0": "person"}, near_duplicates="drop")
 
 
 # ---------------------------------------------------------------- streaming and round trip

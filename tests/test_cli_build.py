@@ -35,7 +35,7 @@ def _one_line(capsys) -> str:
 
 def test_voc_folder_without_val_is_refused_then_builds_with_a_val_folder(heridal, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    flags = ["--source-dir", str(heridal), "--format", "voc", "--name", "heridal",
+    flags = ["--source-dir", str(heridal), "--source-format", "voc", "--source", "heridal",
              "--class-map", "human=person,tree=none", "--split-mode", "folders", "--coordinate-base", "1"]
     capsys.readouterr()
     assert _build(tmp_path, *flags) == 2  # trainImages + testImages only: no val to freeze a threshold on
@@ -60,7 +60,7 @@ def test_voc_folder_without_val_is_refused_then_builds_with_a_val_folder(heridal
 
 def test_build_from_yolo_folder_maps_all_pose_classes(sard, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    rc = _build(tmp_path, "--source-dir", str(sard), "--format", "yolo", "--name", "sard",
+    rc = _build(tmp_path, "--source-dir", str(sard), "--source-format", "yolo", "--source", "sard",
                 "--class-map", SARD_MAP, "--split-mode", "folders")
     assert rc == 0, capsys.readouterr().err
     ds = datasets.load_dataset(str(tmp_path / "repo"), "clean")
@@ -86,7 +86,7 @@ def test_build_bad_input_names_file_and_writes_nothing(case, sard, tmp_path, mon
         text(sard / "labels" / "test" / "s4.txt", "0 0.99 0.5 0.2 0.2\n")
         needle = "s4.txt"
     capsys.readouterr()
-    rc = _build(tmp_path, "--source-dir", str(src), "--format", "yolo", "--name", "sard",
+    rc = _build(tmp_path, "--source-dir", str(src), "--source-format", "yolo", "--source", "sard",
                 "--class-map", SARD_MAP)
     err = capsys.readouterr().err
     assert rc == 2
@@ -98,7 +98,7 @@ def test_build_bad_input_names_file_and_writes_nothing(case, sard, tmp_path, mon
 
 def test_bad_class_map_and_missing_params(tmp_path, capsys):
     (tmp_path / "src").mkdir()
-    rc = _build(tmp_path, "--source-dir", str(tmp_path / "src"), "--format", "voc", "--name", "x",
+    rc = _build(tmp_path, "--source-dir", str(tmp_path / "src"), "--source-format", "voc", "--source", "x",
                 "--class-map", "person")
     assert rc == 2 and "--class-map" in capsys.readouterr().err
     assert main(["sources", "--params", str(tmp_path / "nope.yaml")]) == 2
@@ -111,7 +111,7 @@ def test_bad_class_map_and_missing_params(tmp_path, capsys):
     assert "sources.a" in capsys.readouterr().err
 
 
-SARD_FLAGS = ["--format", "yolo", "--name", "sard", "--class-map", SARD_MAP]
+SARD_FLAGS = ["--source-format", "yolo", "--source", "sard", "--class-map", SARD_MAP]
 
 
 @pytest.mark.parametrize("extra, needles", [
@@ -135,8 +135,8 @@ SARD_FLAGS = ["--format", "yolo", "--name", "sard", "--class-map", SARD_MAP]
     (["--tracks", "smoke"], ["--tracks:", "'sar'"]),
     (["--tracks", "sar,boats"], ["--tracks:", "'boats'"]),
     (["--track", "firespread"], ["--track:"]),
-    (["--format", "tiff"], ["--format:", "'tiff'"]),
-    (["--name", "Bad-Name"], ["--name:", "snake_case"]),
+    (["--source-format", "tiff"], ["--source-format:", "'tiff'"]),
+    (["--source", "Bad-Name"], ["--source:", "snake_case"]),
     (["--group-pattern", r"^(zzz)_"], ["group_pattern", "does not match image id"]),
 ])
 def test_bad_source_options_are_one_line_and_write_nothing(extra, needles, sard, tmp_path, monkeypatch, capsys):

@@ -16,7 +16,9 @@ import pytest
 
 import aegisbench
 from aegisbench import logs, progress
-from aegisbench.cli import DeprecatedAlias, build_parser, main
+from aegisbench.cli import build_parser, main
+from aegisbench.fields import DeprecatedAlias
+from aegisbench.overlap import IO_KEY
 from test_adapters import heridal, put, scene, text, voc_xml  # noqa: F401  (fixtures)
 
 NO_DEFAULT = (None, False, [], argparse.SUPPRESS)
@@ -126,30 +128,70 @@ def test_verbose_after_the_command_turns_on_debug_logging(tmp_path, capsys):
     assert "exclude each other" in capsys.readouterr().err
 
 
-def test_former_option_names_still_work_hidden_with_one_warning(tmp_path, caplog):
+#: (command, former name, name now, the arguments a parse needs besides it)
+RENAMED = [("evaluate", "--out", "--results", ["s"]),
+           ("import-published", "--out", "--results", ["t.csv", "--id", "x", "--track", "sar", "--name", "n",
+                                                       "--team", "t", "--protocol", "p", "--source-url", "https://e.org",
+                                                       "--citation", "c"]),
+           ("firespread-baselines", "--out", "--submissions", []),
+           ("warp-detect", "--out", "--submission", ["--detector", "yolo", "--weights", "w.pt"]),
+           ("build", "--format", "--source-format", []), ("build", "--name", "--source", []),
+           ("sources", "--format", "--source-format", []), ("sources", "--name", "--source", []),
+           ("firespread-ndws", "--n-boot", "--n-resamples", ["a.tfrecord"])]
+
+
+@pytest.mark.parametrize(("command", "old", "new", "needs"), RENAMED, ids=[f"{c}{o}" for c, o, _, _ in RENAMED])
+def test_former_option_names_still_work_hidden(command, old, new, needs):
     p = build_parser()
-    assert p.parse_args(["evaluate", "s", "--results", "R"]).results == p.parse_args(["evaluate", "s", "--out",
-                                                                                      "R"]).results == "R"
-    assert p.parse_args(["evaluate", "s"]).results == "results"
-    ndws = p.parse_args(["firespread-ndws", "a.tfrecord", "--n-boot", "30"])
-    assert ndws.n_boot == 30 == p.parse_args(["firespread-ndws", "a.tfrecord", "--n-resamples", "30"]).n_boot
-    for command, old in (("evaluate", "--results"), ("firespread-ndws", "--n-boot")):
-        assert old not in _commands()[command].format_help()
-    # the alias works through main, and says once what to use instead
+    value = "30" if new == "--n-resamples" else "voc" if new == "--source-format" else "R"
+    a, b = p.parse_args([command, *needs, old, value]), p.parse_args([command, *needs, new, value])
+    dest = p._subparsers._group_actions[0].choices[command]._option_string_actions[new].dest
+    assert getattr(a, dest) == getattr(b, dest) and str(getattr(a, dest)) == value
+    assert a.deprecated_flags == [(old, new)] and not getattr(b, "deprecated_flags", None)
+    shown = {s for act in _options(_commands()[command]) if not isinstance(act, DeprecatedAlias)
+             for s in act.option_strings}
+    assert new in shown and old not in shown  # hidden from the help
+
+
+def test_a_former_name_says_once_what_to_use_instead(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="aegisbench"):
-        rc = main(["evaluate", str(tmp_path / "missing"), "--results", str(tmp_path / "r"), "--no-verify"])
+        rc = main(["evaluate", str(tmp_path / "missing"), "--out", str(tmp_path / "r"), "--no-verify"])
     said = [r.getMessage() for r in caplog.records]
-    assert rc == 2 and said.count("--results is deprecated, use --out (same meaning)") == 1, said
+    assert rc == 2 and said.count("--out is deprecated, use --results (same meaning)") == 1, said
 
 
-def test_one_name_per_concept_across_commands():
-    """The bootstrap resample count is --n-resamples and a command's output folder is --out."""
+#: the one meaning of an option name, as every command's help states it
+MEANINGS = {"--results": "results folder", "--submissions": "folder of submission folders",
+            "--submission": "submission folder", "--dataset": "dataset repo", "--source": "source",
+            "--source-format": "format of --source-dir"}
+
+
+def test_one_meaning_per_option_name_across_commands():
+    """``--out`` is what a command makes (never an existing input, never a parent of other commands'
+    folders); the folder names that hold other things have their own names, each with one meaning."""
     for name, p in _commands().items():
-        visible = {s for a in _options(p) if not isinstance(a, DeprecatedAlias) for s in a.option_strings}
-        assert "--n-boot" not in visible and not ({"--results", "--out"} <= visible and name == "evaluate"), name
+        visible = {s: a for a in _options(p) if not isinstance(a, DeprecatedAlias) for s in a.option_strings}
+        assert "--n-boot" not in visible and "--format" not in visible or name == "export", name
+        out = visible.get("--out")
+        if out is not None:
+            words = (out.help or "").lower()
+            assert not any(w in words for w in ("existing", "parent", "results folder", "<id>")), (name, out.help)
+            declared = getattr(p.parse_args(_needs(name)), IO_KEY, None)
+            assert declared is None or "--out" in declared[1].values() and "--out" not in declared[0].values(), name
+        for flag, meaning in MEANINGS.items():
+            if flag in visible:
+                assert meaning in (visible[flag].help or "").lower() or flag == "--dataset" and name == "verify", \
+                    (name, flag, visible[flag].help)
     flags = {name: {s for a in _options(p) for s in a.option_strings} for name, p in _commands().items()}
     assert "--n-resamples" in flags["evaluate"] and "--n-resamples" in flags["firespread-ndws"]
     assert "preview-grid" not in _commands()
+
+
+def _needs(name: str) -> list[str]:
+    return {"detect": ["--detector", "yolo", "--weights", "w.pt", "--track", "sar", "--out", "o"],
+            "train-reference": ["--source", "s", "--out", "o"], "export-coco": ["--out", "o"],
+            "hosted-board": ["--out", "o", "--revision", "1"], "firespread-ndws": ["a.tfrecord"],
+            "calibrate": ["--source-table", "t.parquet", "--sample", "2"]}.get(name, [])
 
 
 def test_log_lines_are_plain_text_and_each_warning_comes_once():
@@ -187,8 +229,8 @@ def test_a_long_stage_prints_plain_progress_lines_when_not_on_a_terminal(heridal
     text(heridal / "valImages" / "val_0001.xml", voc_xml("val_0001.JPG", 160, 120, [("human", 5, 5, 20, 30)]))
     env = {**os.environ, "PYTHONPATH": str(Path(aegisbench.__file__).parent.parent)}
     proc = subprocess.run([sys.executable, "-m", "aegisbench.cli", "build", "--params", str(tmp_path / "no.yaml"),
-                           "--out", str(tmp_path / "repo"), "--source-dir", str(heridal), "--format", "voc",
-                           "--name", "heridal", "--class-map", "human=person,tree=none", "--split-mode", "folders",
+                           "--out", str(tmp_path / "repo"), "--source-dir", str(heridal), "--source-format", "voc",
+                           "--source", "heridal", "--class-map", "human=person,tree=none", "--split-mode", "folders",
                            "--progress-interval", "0"], cwd=tmp_path, env=env, capture_output=True, text=True)
     err = proc.stderr
     assert proc.returncode == 0, err
@@ -219,19 +261,19 @@ def test_a_mistyped_command_or_choice_names_the_closest_one(tmp_path, capsys):
         main(["evalute", "submissions/x"])
     assert info.value.code == 2 and "(did you mean 'evaluate'?)" in capsys.readouterr().err
     (tmp_path / "src").mkdir()
-    base = ["build", "--source-dir", str(tmp_path / "src"), "--name", "x", "--class-map", "a=person",
+    base = ["build", "--source-dir", str(tmp_path / "src"), "--source", "x", "--class-map", "a=person",
             "--out", str(tmp_path / "repo"), "--params", str(tmp_path / "none.yaml")]
-    assert main([*base, "--format", "ylo"]) == 2
+    assert main([*base, "--source-format", "ylo"]) == 2
     assert "got 'ylo' (did you mean 'yolo'?)" in capsys.readouterr().err
-    assert main([*base, "--format", "voc", "--split-mode", "flders"]) == 2
+    assert main([*base, "--source-format", "voc", "--split-mode", "flders"]) == 2
     assert "got 'flders' (did you mean 'folders'?)" in capsys.readouterr().err
-    assert main([*base, "--format", "voc", "--split-mode", "zzz"]) == 2
+    assert main([*base, "--source-format", "voc", "--split-mode", "zzz"]) == 2
     assert "did you mean" not in capsys.readouterr().err  # nothing close: no guess
     assert not (tmp_path / "repo").exists()
 
 
 @pytest.mark.parametrize("command, option, shown", [
-    ("build", "--format", "{voc,yolo,coco,visdrone}"), ("build", "--split-mode", "{hash,folders,lists}"),
+    ("build", "--source-format", "{voc,yolo,coco,visdrone}"), ("build", "--split-mode", "{hash,folders,lists}"),
     ("build", "--modality", "{rgb,thermal}"), ("detect", "--detector", "{yolo,rtdetr,fasterrcnn}"),
     ("detect", "--executor", "{local,ray}"), ("evaluate", "--threshold-grid", "{scores,seed001,V1,V2,...}")])
 def test_choices_are_shown_in_the_help(command, option, shown):

@@ -193,7 +193,7 @@ def test_train_reference_on_a_source_built_from_a_source_dir(tmp_path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text(yaml.safe_dump(raw))
     src = _yolo_folder(tmp_path / "folder")
-    assert main(["build", "--params", str(params), "--source-dir", str(src), "--format", "yolo", "--name",
+    assert main(["build", "--params", str(params), "--source-dir", str(src), "--source-format", "yolo", "--source",
                  "tinyfolder", "--class-map", "0=person", "--split-mode", "folders",
                  "--out", str(tmp_path / "repo")]) == 0
     assert (tmp_path / "sources" / "tinyfolder.parquet").is_file()

@@ -29,7 +29,7 @@ from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_grap
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
          "pipeline", "service")
 _LEAVES = ("hashing", "errors", "isa", "atomic", "staging", "readers", "params", "vocab", "importgraph", "executor", "cluster",
-           "private", "attestation", "releases", "overlap",
+           "private", "attestation", "releases", "overlap", "attribution",
            "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
            "firespread.params", "firespread.streams", "firespread.ensemble",
@@ -37,6 +37,7 @@ _LEAVES = ("hashing", "errors", "isa", "atomic", "staging", "readers", "params",
            # COCO mAP, the frozen-threshold rule); the reference trainer reports with them too
            "evaluation.matching", "evaluation.coco", "evaluation.threshold", "evaluation.version")
 _SOURCES = ("builders.sources", "builders.adapters", "builders.adapters_formats", "builders.adapters_coco", "builders.adapters_diagnose",
+            "builders.adapters_report",
             "builders.synthetic_common", "builders.synthetic_people", "builders.synthetic_sar",
             "builders.synthetic_terrain", "builders.synthetic_smoke", "builders.splits", "builders.source_table")
 _SUBMISSIONS = ("predictions", "detectors", "evaluation.formats", "evaluation.rows",

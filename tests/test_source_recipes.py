@@ -38,7 +38,7 @@ def readme_recipes() -> dict[str, list[str]]:
     for cmd in block.replace("\\\n", " ").splitlines():
         if cmd.strip().startswith("aegisbench "):
             argv = shlex.split(cmd)[1:]
-            out[argv[argv.index("--name") + 1]] = argv
+            out[argv[argv.index("--source") + 1]] = argv
     return out
 
 
@@ -174,7 +174,7 @@ def _report(tmp_path: Path, name: str) -> dict:
 def test_readme_has_the_four_recipes():
     recipes = readme_recipes()
     assert sorted(recipes) == ["heridal", "hituav", "sard", "visdrone"]
-    assert all(r[0] == "build" and "--source-dir" in r and "--format" in r for r in recipes.values())
+    assert all(r[0] == "build" and "--source-dir" in r and "--source-format" in r for r in recipes.values())
 
 
 def test_heridal_recipe(tmp_path, monkeypatch):
@@ -230,7 +230,7 @@ def test_thermal_voc_recipe_hituav_layout(tmp_path, monkeypatch):
 
 
 def test_visdrone_default_groups_are_videos_for_det_and_vid_names():
-    from aegisbench.builders.commands import VISDRONE_GROUP_PATTERN
+    from aegisbench.builders.source_flags import VISDRONE_GROUP_PATTERN
     from aegisbench.builders.splits import group_frames
     ids = ["0000002_00005_d_0000014", "0000002_00500_d_0000015", "0000003_00000_d_0000001",
            "sequences/uav0000086_00000_v/0000002", "sequences/uav0000086_00000_v/0000001",

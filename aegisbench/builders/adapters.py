@@ -16,8 +16,10 @@ records one image at a time (test split first, then val, then train) and
   :func:`~aegisbench.builders.splits.assign_split`), the dataset's own folders
   (``"folders"``) or its official split lists (``"lists"``; unlisted images left out);
 * ``meta_pattern``'s named groups (and COCO image fields) become per-image ``meta``;
-* a train/val image whose pHash is within ``phash_max_distance`` bits of a test image
-  is excluded from train/val and reported (the test split is never changed).
+* a train/val image whose pHash is within ``phash_max_distance`` bits of a test image is
+  reported with its test image; ``near_duplicates="exclude"`` (the default of hash splits)
+  also leaves it out of train/val, ``"report"`` (the default of a source's own folders or
+  official lists, which are used as they are) keeps it. The test split is never changed.
 
 >>> import cv2, numpy as np, tempfile, pathlib
 >>> d = pathlib.Path(tempfile.mkdtemp())
@@ -36,7 +38,7 @@ import logging
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import cv2
@@ -46,6 +48,7 @@ from aegisbench.fields import check_int, did_you_mean
 from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.adapters_diagnose import empty_source_message
+from aegisbench.builders.adapters_report import NEAR_DUPLICATE_POLICIES, LoadReport, NearDuplicate, SourceLoad
 from aegisbench.builders.source_table import SourceRecord, encode_png
 from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, assign_split,
                                         group_frames, hash_array, list_names, nearest,
@@ -109,6 +112,7 @@ class SourceSpec:
     coordinate_base: str | int = "auto"  # VOC: "auto" | 0 | 1; other formats are 0-based
     split_lists: Mapping[str, str] | None = field(default=None, hash=False)
     meta_pattern: str | None = None
+    near_duplicates: str | None = None  # "exclude" | "report"; default: exclude for hash splits, report else
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -136,6 +140,11 @@ class SourceSpec:
                              "column, e.g. (?P<time>day|night)")
         if self.phash_max_distance is not None:
             check_int(self.phash_max_distance, "phash_max_distance", 0, 64)
+        policy = self.near_duplicates or ("exclude" if self.split_mode == "hash" else "report")
+        if policy not in NEAR_DUPLICATE_POLICIES:
+            raise ValueError(f"near_duplicates must be one of {NEAR_DUPLICATE_POLICIES}, got {policy!r}"
+                             f"{did_you_mean(policy, NEAR_DUPLICATE_POLICIES)}")
+        object.__setattr__(self, "near_duplicates", policy)
         if self.split_key is not None and not isinstance(self.split_key, str):
             raise TypeError("split_key must be a string")
 
@@ -160,44 +169,6 @@ class SourceSpec:
     @property
     def key(self) -> str:
         return self.split_key if self.split_key is not None else self.name
-
-
-@dataclass(frozen=True)
-class NearDuplicate:
-    """A train/val image excluded because it nearly duplicates a test image."""
-
-    image_id: str
-    split: str
-    test_id: str
-    distance: int
-
-
-@dataclass(frozen=True)
-class LoadReport:
-    source: str
-    split_counts: dict  # split -> images kept
-    box_counts: dict  # split -> boxes kept
-    negative_counts: dict  # split -> kept images without boxes
-    dropped_annotations: dict  # original class -> boxes whose class maps to None
-    ignored_regions: int  # ignore regions kept (VisDrone 0 / score 0, crowd, difficult, "ignore")
-    excluded: tuple[NearDuplicate, ...]
-    straddling_groups: tuple[str, ...]  # folders / lists mode: groups found in several splits
-    coordinate_base: int = 0  # the base the boxes were read with (VOC: detected or given)
-    unlisted: int = 0  # lists mode: images in no split list (left out)
-    meta_columns: tuple[str, ...] = ()  # per-image meta columns found
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["excluded"] = [asdict(e) for e in self.excluded]
-        d["straddling_groups"] = list(self.straddling_groups)
-        d["meta_columns"] = list(self.meta_columns)
-        return d
-
-
-@dataclass(frozen=True)
-class SourceLoad:
-    records: tuple[SourceRecord, ...]
-    report: LoadReport
 
 
 @dataclass(frozen=True)
@@ -339,7 +310,7 @@ class SourceStream:
         test_ids: list[str] = []
         test_hashes: list[int] = []
         test_arr = None
-        excluded: list[NearDuplicate] = []
+        found: list[NearDuplicate] = []
         for p in self._plan:
             img = read_image(p.raw.image_path)
             h, w = img.shape[:2]
@@ -354,9 +325,9 @@ class SourceStream:
                         test_arr = hash_array(test_hashes)
                     idx, dist = nearest(test_arr, hash_array([ph]))
                     if dist[0] <= dmax:
-                        excluded.append(NearDuplicate(p.raw.image_id, p.split,
-                                                      test_ids[int(idx[0])], int(dist[0])))
-                        continue
+                        found.append(NearDuplicate(p.raw.image_id, p.split, test_ids[int(idx[0])], int(dist[0])))
+                        if spec.near_duplicates == "exclude":
+                            continue
             counts[p.split] += 1
             boxes[p.split] += len(b)
             negs[p.split] += len(b) == 0
@@ -367,8 +338,12 @@ class SourceStream:
                                labels=(spec.target_label,) * len(b), sha256=pixel_sha256(img),
                                group_id=p.group_id, frame_index=p.frame_index, ignore=ig,
                                meta=p.meta)
-        if excluded:
-            log.info("%s: excluded %d near-duplicates of test images", spec.name, len(excluded))
+        excluded = found if spec.near_duplicates == "exclude" else []
+        if found:
+            log.warning("%s: %d train/val images nearly duplicate a test image (pHash within %d bits): %s; the "
+                        "pairs are in the source's report", spec.name, len(found), dmax,
+                        "excluded from train/val" if excluded else f"kept ({spec.split_mode} splits are used as "
+                        "they are; near_duplicates: exclude / --near-duplicates exclude removes them)")
         self._report = LoadReport(
             source=spec.name, split_counts={s: counts[s] for s in SPLIT_NAMES},
             box_counts={s: boxes[s] for s in SPLIT_NAMES},
@@ -376,6 +351,7 @@ class SourceStream:
             dropped_annotations=dict(sorted(self._dropped.items())),
             ignored_regions=n_ignore,
             excluded=tuple(sorted(excluded, key=lambda e: e.image_id)),
+            near_duplicates=tuple(sorted(found, key=lambda e: e.image_id)), near_duplicate_policy=spec.near_duplicates,
             straddling_groups=self._straddling, coordinate_base=self._base,
             unlisted=self._unlisted, meta_columns=tuple(sorted(columns)))
 

@@ -7,7 +7,7 @@ folder read as YOLO builds an empty benchmark otherwise).
 >>> spec = SimpleNamespace(name="h", path=root, format="yolo", target_label="person")
 >>> empty_source_message(spec, SimpleNamespace(images=[], dropped={}))  # doctest: +NORMALIZE_WHITESPACE
 "source h: no 'person' box in any split (0 images read as yolo): no YOLO label file under labels/ holds a kept box;
- this looks like a VOC folder (1 annotation files): try --format voc"
+ this looks like a VOC folder (1 annotation files): try --source-format voc"
 """
 
 from __future__ import annotations
@@ -40,5 +40,5 @@ def empty_source_message(spec, parsed, scan: int = 100_000) -> str:
     other = [(n, label) for n, label, _ in _LOOKS if n != spec.format and counts[n]]
     if other and not counts[spec.format]:
         name, label = max(other, key=lambda o: counts[o[0]])
-        msg += f"; this looks like a {label} folder ({counts[name]} annotation files): try --format {name}"
+        msg += f"; this looks like a {label} folder ({counts[name]} annotation files): try --source-format {name}"
     return msg

@@ -123,7 +123,7 @@ def built_source_names(params: Params) -> set[str]:
 
 def check_kept_sources(out: Path, params: Params) -> None:
     """Refuse to build over a repo that holds sources this build leaves out: their splits
-    would be dropped without a word (``build --source-dir B --name b`` over a repo of ``a``)."""
+    would be dropped without a word (``build --source-dir B --source b`` over a repo of ``a``)."""
     try:
         held = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("sources")
     except (OSError, ValueError, AttributeError):
@@ -218,7 +218,7 @@ def _card_inputs(params: Params, specs: list[ConfigSpec], by_name: dict) -> tupl
     metas = {s.name: s.meta for s in specs}
     descriptions = {s.name: s.description for s in by_name.values()}
     sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
-                "citation": s.citation, "description": s.description} for s in params.sources]
+                "citation": s.citation, "homepage": s.homepage, "description": s.description} for s in params.sources]
     if params.firespread is not None:
         metas.update(firespread_metas(params.firespread))
         descriptions.update(config_descriptions(params.firespread))

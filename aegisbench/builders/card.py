@@ -23,7 +23,9 @@ import re
 
 import yaml
 
-from aegisbench.builders.card_text import card_citations, card_text, license_link
+from aegisbench.attribution import UNKNOWN, hub_license, license_url
+from aegisbench.builders.card_sections import (citation_section, data_fields, licensing, limitations,
+                                               personal_information, source_data, warp_notes)
 from aegisbench.hashing import canonical_json
 from aegisbench.builders.hfrepo import FEATURES
 from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
@@ -122,14 +124,25 @@ def _sample(configs: dict, hub: dict | None) -> list[str]:
     return ["```python", "import datasets", f"ds = datasets.load_dataset(\"data/aegisbench\", \"{config}\")", "```"]
 
 
+def _licenses(sources: list[dict]) -> dict:
+    """The card's licence keys: one Hub id; ``other`` with the SPDX name and its page; or, with
+    several licences, ``other`` naming them all and linking the Licensing section."""
+    spdx = sorted({str(s.get("license") or UNKNOWN) for s in sources}) or [UNKNOWN]
+    if len(spdx) > 1:
+        return {"license": "other", "license_name": "mixed: " + ", ".join(spdx),
+                "license_link": "#licensing-information"}
+    hub, name = hub_license(spdx[0])
+    return {"license": hub, **({"license_name": name, "license_link": license_url(spdx[0])} if name else {})}
+
+
 def _front_matter(configs: dict, sources: list[dict], sizes: dict | None) -> dict:
     """The card's YAML metadata (what the Hub reads): licences, sizes, tasks, configs."""
-    licenses = sorted({s["license"] for s in sources}) or ["unknown"]
     rows = sum(sp["rows"] for c in configs.values() for sp in c["splits"].values())
     tracks = sorted({s["track"] for s in sources})
     front: dict = {
         "pretty_name": "AegisBench",
-        "license": licenses[0] if len(licenses) == 1 else "other",
+        **_licenses(sources),
+        "language": ["en"],
         "annotations_creators": sorted({"machine-generated" if _synthetic(s) else "found" for s in sources}),
         "size_categories": [size_category(rows)],
         "source_datasets": sorted({"original" if _synthetic(s) else f"extended|{s['name']}" for s in sources}),
@@ -140,13 +153,22 @@ def _front_matter(configs: dict, sources: list[dict], sizes: dict | None) -> dic
         "configs": [],
         "dataset_info": [],
     }
-    if len(licenses) > 1:
-        front["license_name"] = "mixed: " + ", ".join(licenses)
-        front["license_link"] = "#sources"  # one licence per source, each with its link, in the Sources table
-    elif license_link(licenses[0]):
-        front["license_link"] = license_link(licenses[0])
     front["configs"], front["dataset_info"] = _declared_configs(configs, sizes)
     return front
+
+
+def _field_groups(configs: dict) -> list[tuple[str, object]]:
+    """(which configs, their card features) per distinct feature set, for Data Fields."""
+    groups: dict[str, tuple[list[str], object]] = {}
+    for name in sorted(configs, key=lambda c: (c != "clean", c)):
+        features = card_features(name)
+        key = repr(features)
+        groups.setdefault(key, ([], features))[0].append(name)
+    out = []
+    for names, features in groups.values():
+        title = f"`{names[0]}`" if len(names) == 1 else f"`{names[0]}` and {len(names) - 1} other configs"
+        out.append((title, features))
+    return out
 
 
 def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict], sizes: dict | None = None,
@@ -184,16 +206,8 @@ def render_card(manifest: dict, descriptions: dict[str, str], sources: list[dict
                  "no boxes (`objects` and `ignore` are empty): their labels are held by the scoring side, and "
                  "submissions are scored against them there.", ""] if withheld else []),
               *condition_notes(manifest), *source_condition_notes(manifest), *warp_notes(manifest),
-              "## Sources", "", "| source | track | kind | modality | license | description |",
-              "| --- | --- | --- | --- | --- | --- |"]
-    for s in sources:
-        link = license_link(s["license"])
-        lic = f"[{s['license']}]({link})" if link else card_text(s["license"], 100)
-        lines.append(f"| `{s['name']}` | {s['track']} | {s['kind']} | {s.get('modality') or '-'} | {lic} "
-                     f"| {card_text(s['description'])} |")
-    cites = card_citations(sources)
-    fence = "`" * max(3, 1 + max((len(m) for c in cites for m in re.findall(r"`+", c)), default=0))
-    lines += ["", "## Citation", "", f"{fence}bibtex", CITATION % (version, digest), *cites, fence, "",
+              *data_fields(_field_groups(configs)), *source_data(sources), *personal_information(sources),
+              *limitations(sources), *licensing(sources), *citation_section(CITATION % (version, digest), sources),
               _inputs_block({c: descriptions.get(c, "") for c in sorted(configs)}, sources, sizes, hub), ""]
     return "\n".join(lines)
 
@@ -364,27 +378,3 @@ def _corruptions_of(meta: dict) -> list[str]:
     if meta.get("kind") == COMPOUND:
         return [parse_corruption_config(c)[0] for c in meta.get("components", [])]
     return []
-
-
-WARP_NOTE = (
-    "## WARP (seed 000)", "",
-    "- Global noise `x' = (1 - a) x + a sigma r`, `r ~ N(0, 1)`, as seed 000 defines it: on "
-    "the tensor the model sees. Wrapped detectors (`aegisbench detect` on a `warp_noise_*` "
-    "config) read the clean frame and add the noise to their input tensor after "
-    "letterbox/resize, with sigma of that tensor. The stored `warp_noise_*` configs, for "
-    "prediction-file submitters, add it to the full stored frame (sigma of the frame), rounded "
-    "and clipped to 8 bits: a detector that then resizes the frame averages part of that noise "
-    "away (at an input size of 256 about 63 % of the seed's noise SD reaches the model), so "
-    "scores on the stored configs are not comparable with the seed's figures.",
-    "- Local deception: an opaque procedural cumulus cloud filling its 25 x 25 px patch "
-    "(25 px per 640 px of the longer side) is pasted at the centre of each cell of a 25 x 25 "
-    "grid (625 variants per smoke-positive clean test image, `aegisbench warp-detect`); a box "
-    "drawn tight around the visible cloud has IoU >= 0.8 with the patch box, so a detection of "
-    "the cloud counts as deceived.", "",
-)
-
-
-def warp_notes(manifest: dict) -> list[str]:
-    """"WARP" section when the repo has WARP noise levels."""
-    metas = [cfg.get("meta", {}) for cfg in manifest["configs"].values()]
-    return list(WARP_NOTE) if any(m.get("kind") == WARP_NOISE for m in metas) else []

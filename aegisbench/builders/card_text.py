@@ -4,9 +4,10 @@ it is data, never Markdown or HTML of the card.
 
 from __future__ import annotations
 
+from aegisbench.attribution import MAX_CITATION
+
 #: longest source text shown in the card (characters); longer text is cut with a mark
 MAX_CARD_TEXT = 500
-MAX_CITATION = 4000
 _MD_SPECIAL = str.maketrans({"\\": "\\\\", "|": "\\|", "[": "\\[", "]": "\\]", "`": "\\`", "*": "\\*",
                              "_": "\\_", "<": "&lt;", ">": "&gt;", "&": "&amp;"})
 
@@ -35,19 +36,3 @@ def card_citations(sources: list[dict]) -> list[str]:
             out.append("".join(c for c in text if c.isprintable() or c in "\n\t"))
     return out
 
-
-#: SPDX id -> the licence text (a source with another licence links its own in params.yaml's description)
-LICENSE_LINKS = {
-    "mit": "https://opensource.org/license/mit", "apache-2.0": "https://www.apache.org/licenses/LICENSE-2.0",
-    "cc-by-4.0": "https://creativecommons.org/licenses/by/4.0/",
-    "cc-by-sa-4.0": "https://creativecommons.org/licenses/by-sa/4.0/",
-    "cc-by-nc-4.0": "https://creativecommons.org/licenses/by-nc/4.0/",
-    "cc-by-nc-sa-4.0": "https://creativecommons.org/licenses/by-nc-sa/4.0/",
-    "cc0-1.0": "https://creativecommons.org/publicdomain/zero/1.0/", "gpl-3.0": "https://www.gnu.org/licenses/gpl-3.0",
-    "bsd-3-clause": "https://opensource.org/license/bsd-3-clause", "odbl": "https://opendatacommons.org/licenses/odbl/",
-}
-
-
-def license_link(license_id: str) -> str:
-    """The licence text of an SPDX id ('' when it is not one of :data:`LICENSE_LINKS`)."""
-    return LICENSE_LINKS.get(str(license_id).lower(), "")

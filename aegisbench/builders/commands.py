@@ -19,9 +19,9 @@ import aegisbench
 from aegisbench.cli import command
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
-from aegisbench.fields import check_choice, choices_metavar
-from aegisbench.params import Params, SourceParams
-from aegisbench.vocab import DETECTION_TRACKS, FIRESPREAD, MODALITIES, SOURCE_FORMATS, TRACK_LABELS, TRACKS
+from aegisbench.params import Params
+from aegisbench.builders.source_flags import source_args, source_entry, tracks_of
+from aegisbench.vocab import FIRESPREAD
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "One streamed Parquet table per source (images, boxes, splits) under paths.sources; "
                 "`build` reads them.",
                 ["aegisbench sources", "aegisbench sources --only synthetic_sar",
-                 "aegisbench sources --source-dir /data/HERIDAL --format voc --name heridal"])
+                 "aegisbench sources --source-dir /data/HERIDAL --source-format voc --source heridal"])
     _common(p)
     p.add_argument("--only", action="append", metavar="SOURCE", help="only this source (repeatable)")
     source_args(p)
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "manifest of SHA-256 digests and a dataset card; resumable and atomic. Sources missing "
                 "from paths.sources are materialized first.",
                 ["aegisbench build", "aegisbench build --skip-sources --workers 4",
-                 "aegisbench build --source-dir /data/HERIDAL --format voc --name heridal "
+                 "aegisbench build --source-dir /data/HERIDAL --source-format voc --source heridal "
                  "--class-map person=person"])
     _common(p)
     p.add_argument("--out", help="output repo folder (default: paths.dataset of --params)")
@@ -115,40 +115,6 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="params file")
 
 
-def source_args(p: argparse.ArgumentParser) -> None:
-    """The options of a local dataset folder, shared by ``build`` and ``sources``: each the
-    kebab-case of a source option of params.yaml (``--split-mode`` is ``split_mode``), plus
-    ``--tracks``. Values are checked by the library (one line naming the flag), not argparse."""
-    g = p.add_argument_group("a local dataset folder (--source-dir; options as in params.yaml "
-                             "sources.<name>.options)")
-    g.add_argument("--source-dir", help="build from this local dataset folder instead of the params sources")
-    g.add_argument("--format", metavar=choices_metavar(SOURCE_FORMATS),
-                   help=f"format of --source-dir: {', '.join(SOURCE_FORMATS)}")
-    g.add_argument("--name", help="source name, snake_case (e.g. heridal)")
-    g.add_argument("--track", default="sar", metavar=choices_metavar(DETECTION_TRACKS),
-                   help="detection track of the source: sar or smoke")
-    g.add_argument("--modality", metavar=choices_metavar(MODALITIES), help="the sensor: rgb (default) or thermal")
-    g.add_argument("--class-map", help="CLASS=TARGET[,...]; TARGET the track's label, none (drop) or ignore "
-                   "(an ignore region); every class of the data must be named")
-    g.add_argument("--target-label", help="the track's one class (default: person on sar, smoke on smoke)")
-    g.add_argument("--split-mode", metavar="{hash,folders,lists}",
-                   help="hash (group-aware SHA-256, default), folders (the dataset's "
-                   "train/val/test folders) or lists (official split lists)")
-    g.add_argument("--split-lists", help="train=FILE,val=FILE,test=FILE relative to --source-dir (lists "
-                   "default: ImageSets/Main/<split>.txt)")
-    g.add_argument("--fractions", help="TRAIN,VAL,TEST fractions of the hash split (default 0.7,0.15,0.15)")
-    g.add_argument("--group-pattern", help="regex searched in the image id: group 1 is kept in one split, an "
-                   "optional group 2 is the frame number (visdrone default: the video id; none: no groups)")
-    g.add_argument("--coordinate-base", metavar="{auto,0,1}",
-                   help="VOC pixel coordinates: auto (default, detected), 0 or 1")
-    g.add_argument("--meta-pattern", help="regex with named groups searched in the image id, each a "
-                   "per-image column, e.g. '(?P<time>day|night)'")
-    g.add_argument("--phash-max-distance", help="near-duplicate distance to test in bits (default 6; none: off)")
-    g.add_argument("--split-key", help="salt of the hash split (default: --name)")
-    p.add_argument("--tracks", help="comma-separated tracks to build: sar, smoke, firespread (default: the "
-                   "--source-dir source's track only; for params: all)")
-
-
 def executor_args(p: argparse.ArgumentParser) -> None:
     """``--executor``, ``--workers``, ``--ray-address`` (defaults: the AEGISBENCH_* variables)."""
     p.add_argument("--executor", metavar="{local,ray}",
@@ -168,101 +134,11 @@ def executor_of(args, default_workers: int = 1, paths=()):
     return ex
 
 
-#: Default ``group_pattern`` of a visdrone ``--source-dir``: the video id, the first field of a
-#: VisDrone-DET image (``0000002_00005_d_0000014``) or of a VID sequence folder
-#: (``uav0000086_00000_v/0000001``), so every frame and clip of one video lands in one split
-#: (frames ranked by image id within it). ``--group-pattern none`` turns it off.
-VISDRONE_GROUP_PATTERN = r"(?:^|/)((?:uav)?\d+)_\d+_[dv](?:_\d+)?(?:/|$)"
-#: Source options given as flags (the kebab-case of each key), besides path/class_map/target_label.
-FLAG_OPTIONS = ("split_mode", "split_lists", "fractions", "group_pattern", "coordinate_base", "meta_pattern",
-                "phash_max_distance", "split_key")
-
-
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
-def _pairs(text: str, flag: str) -> dict[str, str]:
-    """``A=B,C=D`` as a dict; BadInput naming ``flag`` if malformed or a key repeats."""
-    out: dict[str, str] = {}
-    for item in text.split(","):
-        key, sep, value = (t.strip() for t in item.partition("="))
-        if not sep or not key or not value:
-            raise BadInput(f"entry {item.strip()!r} is not KEY=VALUE", where=flag)
-        if key in out:
-            raise BadInput(f"{key!r} is given twice", where=flag)
-        out[key] = value
-    return out
-
-
-def _tracks(args) -> tuple[str, ...] | None:
-    if not getattr(args, "tracks", None):
-        return None
-    tracks = tuple(t.strip() for t in args.tracks.split(",") if t.strip())
-    for t in tracks:
-        check_choice(t, "track", TRACKS, error=BadInput, where="--tracks")
-    return tracks
-
-
-def _flag_values(args) -> dict:
-    """The source options given as flags, parsed (lists, numbers, None for ``none``)."""
-    given = {k: getattr(args, k) for k in FLAG_OPTIONS if getattr(args, k) is not None}
-    if "split_lists" in given:
-        given["split_lists"] = _pairs(given["split_lists"], "--split-lists")
-    if "fractions" in given:
-        try:
-            given["fractions"] = [float(f) for f in given["fractions"].split(",")]
-        except ValueError:
-            raise BadInput(f"{args.fractions!r} is not TRAIN,VAL,TEST numbers", where="--fractions") from None
-    if given.get("coordinate_base") in ("0", "1"):
-        given["coordinate_base"] = int(given["coordinate_base"])
-    if "phash_max_distance" in given:
-        text = given["phash_max_distance"]
-        if text.lower() == "none":
-            given["phash_max_distance"] = None
-        elif text.isdigit():
-            given["phash_max_distance"] = int(text)
-        else:
-            raise BadInput(f"{text!r} is not a number of bits or none", where="--phash-max-distance")
-    if "group_pattern" in given and given["group_pattern"].lower() == "none":
-        given["group_pattern"] = None
-    elif "group_pattern" not in given and args.format == "visdrone":
-        given["group_pattern"] = VISDRONE_GROUP_PATTERN
-    return given
-
-
-def _source_entry(args) -> dict:
-    """The params source entry of ``--source-dir`` and its flags, checked: BadInput naming the flag."""
-    from aegisbench.builders.adapters import SourceSpec
-    if not (args.format and args.name):
-        raise BadInput("--source-dir needs --format and --name", where="command line")
-    check_choice(args.format, "format", SOURCE_FORMATS, error=BadInput, where="--format")
-    try:
-        SourceParams(name=args.name, track=args.track, kind=args.format, modality=args.modality or "rgb")
-    except BadInput as exc:
-        flags = {"track": "--track", "kind": "--format", "modality": "--modality"}
-        raise BadInput(exc.message, where=flags.get(str(exc.where).rpartition(".")[2], "--name")) from None
-    check_choice(args.track, "track", DETECTION_TRACKS, error=BadInput, where="--track")
-    target = args.target_label or TRACK_LABELS[args.track]
-    class_map = {k: None if v.lower() == "none" else v
-                 for k, v in _pairs(args.class_map, "--class-map").items()} if args.class_map else {target: target}
-    options = {"path": args.source_dir, "class_map": class_map, "target_label": target, **_flag_values(args)}
-    try:
-        SourceSpec.from_options(args.name, args.format, options, where="command line")
-    except BadInput as exc:  # the adapters' messages start with the option's key
-        key = next((k for k in sorted(options, key=len, reverse=True) if exc.message.startswith(k)), None)
-        raise BadInput(exc.message, where=_flag(key) if key else "--source-dir") from None
-    entry = {"track": args.track, "kind": args.format, "options": options}
-    if args.modality:
-        entry["modality"] = args.modality
-    return entry
-
-
 def _direct_params(args) -> Params:
     """Params for ``--source-dir``: those of ``--params`` (when the file exists) with one source,
     the folder; the fire-spread ensembles only if ``--tracks`` names firespread."""
-    entry = _source_entry(args)
-    tracks = _tracks(args) or (args.track,)
+    entry = source_entry(args)
+    tracks = tracks_of(args) or (args.track,)
     if args.track not in tracks:
         raise BadInput(f"the --source-dir source is on track {args.track!r}, which it leaves out", where="--tracks")
     base = Params.load(args.params).raw if Path(args.params).exists() else {"benchmark_version": "0.1.0"}
@@ -279,7 +155,7 @@ def cmd_sources(args) -> int:
         params = _direct_params(args)
         written = materialize_sources(params)
     else:
-        params = Params.load(args.params).select_tracks(_tracks(args))
+        params = Params.load(args.params).select_tracks(tracks_of(args))
         written = materialize_sources(params, only=args.only, where=args.params)
     for path in written:
         print(f"wrote {path}")
@@ -289,7 +165,7 @@ def cmd_sources(args) -> int:
 def cmd_build(args) -> int:
     from aegisbench.builders.build import build_repo
     from aegisbench.builders.sources import materialize_sources
-    params = _direct_params(args) if args.source_dir else Params.load(args.params).select_tracks(_tracks(args))
+    params = _direct_params(args) if args.source_dir else Params.load(args.params).select_tracks(tracks_of(args))
     executor = executor_of(args, params.build.workers, (params.sources_dir, args.out or params.dataset_dir))
     if args.source_dir or not args.skip_sources:
         materialize_sources(params, missing_only=not args.source_dir)
@@ -335,7 +211,7 @@ def cmd_verify(args) -> int:
 
 
 def cmd_preview(args) -> int:
-    from aegisbench.builders.preview import preview_tables, write_previews
+    from aegisbench.builders.preview import preview_tables, source_modalities, write_previews
     from aegisbench.corruptions.calibrate import load_table
 
     params = Params.load(args.params) if not args.source_table or Path(args.params).exists() else None
@@ -351,7 +227,7 @@ def cmd_preview(args) -> int:
         table = load_table(params.build.severity_table, expected_version=version)
     for path in write_previews(tables, args.out, version=version, split=args.split, grid=args.grid,
                                image_id=args.image_id, geometry=params.build.geometry if params else "frame",
-                               table=table, cell=args.cell):
+                               table=table, cell=args.cell, modalities=source_modalities(params, args.dataset)):
         print(f"wrote {path}")
     return 0
 

@@ -47,9 +47,15 @@ from aegisbench.vocab import is_firespread_config  # noqa: F401  (re-exported to
 log = logging.getLogger(__name__)
 
 SOURCE = "firespread"
-FIRESPREAD_SOURCE = {"name": SOURCE, "track": "firespread", "kind": "firespread_ca", "license": "mit",
-                     "citation": "", "description": "Embedded heat-accumulation cellular automaton of seed 003 "
-                     "(stochastic fire spread, Monte Carlo ensembles per initial condition and S-level)."}
+FIRESPREAD_SOURCE = {
+    "name": SOURCE, "track": "firespread", "kind": "firespread_ca", "license": "MIT",
+    "homepage": "https://github.com/harshitk11/evaluate_stochastic_process",
+    "citation": "@article{kumar2024stochasticity,\n  title   = {Studying the Impact of Stochasticity on the Evaluation of "
+                "Deep Neural Networks for Forest-Fire Prediction},\n  author  = {Kumar, Harshit and Chakraborty, "
+                "Biswadeep and Kang, Beomseok and Mukhopadhyay, Saibal},\n  journal = {arXiv preprint "
+                "arXiv:2402.15163},\n  year    = {2024}\n}",
+    "description": "Embedded heat-accumulation cellular automaton of seed 003 (stochastic fire spread, Monte Carlo "
+                   "ensembles per initial condition and S-level), reimplemented from the paper's model."}
 STATISTIC_CONFIG = FIRESPREAD_STATISTIC_CONFIG
 SPLITS = {"test": "firespread", "train": "firespread_train"}
 

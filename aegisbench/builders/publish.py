@@ -63,12 +63,28 @@ def publish_plan(dataset: str | Path) -> list[UploadItem]:
         lines = report.lines()
         raise VerificationError(f"refusing to publish: dataset repo fails verify ({len(lines)} problem(s); "
                                 f"first: {lines[0]})", where=str(dataset))
+    check_attribution(dataset)
     manifest = load_manifest(dataset)
     items = [UploadItem(rel, int(info["bytes"]) if "bytes" in info else (dataset / rel).stat().st_size,
                         info["sha256"]) for rel, info in manifest["files"].items()]
     mpath = dataset / MANIFEST
     items.append(UploadItem(MANIFEST, mpath.stat().st_size, file_sha256(mpath)))
     return sorted(items, key=lambda i: i.path)
+
+
+def check_attribution(dataset: Path) -> None:
+    """Refuse a repo whose card does not say how each source may be used and cited: a licence
+    that is ``unknown`` or not an SPDX id, or no BibTeX citation (BadInput naming the source)."""
+    from aegisbench.attribution import check_citation, spdx_license
+    inputs = card_inputs((dataset / CARD).read_text(encoding="utf-8"))
+    if inputs is None:
+        raise VerificationError("the card has no inputs comment: rebuild the repo with this version", where=str(dataset))
+    for source in inputs[1]:
+        where = f"{dataset / CARD}: source {source.get('name')!r}"
+        spdx_license(source.get("license"), where=f"{where} license", allow_unknown=False)
+        if not check_citation(source.get("citation"), where=f"{where} citation"):
+            raise BadInput("has no citation: give the source's BibTeX (params.yaml sources.<name>.citation or build "
+                           "--citation) and rebuild; nothing was uploaded", where=f"{where} citation")
 
 
 def release_tag(manifest: dict) -> str:

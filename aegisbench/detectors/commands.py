@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 
 from aegisbench.cli import command, export_global_options
+from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.fields import did_you_mean
@@ -59,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classes", help="model classes (names or ids, comma-separated) that are the track's target "
                    "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
                    "target, or a single-class model's one class")
-    p.add_argument("--out", required=True, help="submission folder to write (submissions/<id>)")
+    p.add_argument("--out", required=True, help="the submission folder to make (e.g. submissions/my_yolo)")
     _submission_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
     p.add_argument("--executor", metavar="{local,ray}",
@@ -75,11 +76,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "submission",
                 "Pastes a cloud patch at every position of a --grid x --grid lattice over each smoke test "
                 "image and records the detector's answer; run after `detect` on the same folder.",
-                ["aegisbench warp-detect --detector yolo --weights yolo11n.pt --out submissions/my_yolo_smoke",
-                 "aegisbench warp-detect --detector yolo --weights w.pt --out submissions/s --grid 10 "
+                ["aegisbench warp-detect --detector yolo --weights yolo11n.pt --submission submissions/my_yolo_smoke",
+                 "aegisbench warp-detect --detector yolo --weights w.pt --submission submissions/s --grid 10 "
                  "--max-images 4"])
     _detector_args(p)
-    p.add_argument("--out", required=True, help="existing smoke submission folder (written by detect)")
+    p.add_argument("--submission", metavar="DIR",  # required (checked by the command: --out, its former name, counts)
+                   help="the smoke submission folder detect wrote, required: its WARP rows are added to it")
+    deprecated_alias(p, "--out", "--submission")
     p.add_argument("--grid", type=int, default=WARP_GRID,
                    help=f"grid side (default {WARP_GRID}: {WARP_GRID ** 2} positions)")
     p.add_argument("--patch", type=int, help="patch side in px (default: 25 px per 640 px of the frame)")
@@ -87,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
     p.add_argument("--verified", action="store_true", help="attest the run with this project's private key (a "
                    "folder whose detect run was attested stays verified without it)")
-    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"out": "--out"})
+    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"submission": "--submission"})
     p.set_defaults(func=cmd_warp)
 
     _register_train(sub)
@@ -238,7 +241,9 @@ def cmd_warp(args) -> int:
 
     params = WarpParams(grid=args.grid, patch=args.patch, max_images=args.max_images,
                         include_negatives=args.include_negatives)
-    out = Path(args.out)
+    if not args.submission:
+        raise BadInput("give --submission DIR, the smoke submission folder detect wrote", where="warp-detect")
+    out = Path(args.submission)
     if not (out / "submission.yaml").is_file():
         raise BadInput("not a submission folder (no submission.yaml); run aegisbench detect first", where=str(out))
     from aegisbench.attestation import holds

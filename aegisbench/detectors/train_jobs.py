@@ -55,7 +55,7 @@ def table_of(params, job: TrainJob) -> Path:
     if not table.is_file():
         have = sorted(p.stem for p in table.parent.glob("*.parquet")) if not job.source_table else []
         raise BadInput(f"source table not found (tables there: {', '.join(have) or 'none'}); run `aegisbench "
-                       "sources`, or `aegisbench build --source-dir DIR --name NAME` for a local folder",
+                       "sources`, or `aegisbench build --source-dir DIR --source NAME` for a local folder",
                        where=str(table))
     return table
 

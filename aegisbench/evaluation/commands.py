@@ -22,7 +22,8 @@ import logging
 import sys
 from pathlib import Path
 
-from aegisbench.cli import command, deprecated_alias
+from aegisbench.cli import command
+from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
@@ -78,12 +79,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "predictions and applied unchanged to every condition; recall, precision, F1 and mAP get "
                 "bootstrap intervals. Fire spread: scored per S-Level with the threshold the dataset declares.",
                 ["aegisbench evaluate submissions/my_yolo",
-                 "aegisbench evaluate submissions/my_yolo --out results --n-resamples 200 --stratify time",
+                 "aegisbench evaluate submissions/my_yolo --results results --n-resamples 200 --stratify time",
                  "aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto"])
     _common(p)
-    p.add_argument("--out", default="results", dest="results", metavar="DIR",
-                   help="results folder: writes <out>/<submission id>/")
-    deprecated_alias(p, "--results", "--out")
+    p.add_argument("--results", default="results", metavar="DIR",
+                   help="the results folder: writes <results>/<submission id>/")
+    deprecated_alias(p, "--out", "--results")
     p.add_argument("--threshold-grid", default="scores", metavar="{scores,seed001,V1,V2,...}",
                    help="threshold candidates: 'scores' (every distinct val score), 'seed001' "
                         "(0.01..0.20) or comma-separated values")
@@ -103,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
     declare_io(p, reads={"submission": "submission", "dataset": "--dataset", "labels": "--labels"},
-               writes={"results": "--out"})
+               writes={"results": "--results"})
     p.set_defaults(func=cmd_evaluate)
 
     _register_import_published(sub)
@@ -142,8 +143,9 @@ def _register_import_published(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-url", required=True, help="http(s) URL of the publication or its data")
     p.add_argument("--citation", required=True, help="how to cite it")
     p.add_argument("--date", help="date of the publication, YYYY-MM-DD")
-    p.add_argument("--out", default="results", help="results folder")
-    declare_io(p, reads={"table": "table"}, writes={"out": "--out"})
+    p.add_argument("--results", default="results", metavar="DIR", help="the results folder: writes <results>/<id>/")
+    deprecated_alias(p, "--out", "--results")
+    declare_io(p, reads={"table": "table"}, writes={"results": "--results"})
     p.set_defaults(func=cmd_import_published)
 
 
@@ -232,7 +234,7 @@ def cmd_import_published(args) -> int:
     from aegisbench.evaluation.published import Publication, import_published
     pub = Publication(name=args.name, team=args.team, track=args.track, protocol=args.protocol,
                       source_url=args.source_url, citation=args.citation, date=args.date)
-    for folder in import_published(args.table, args.layout, args.id, pub, args.out, model=args.model):
+    for folder in import_published(args.table, args.layout, args.id, pub, args.results, model=args.model):
         print(f"wrote {folder} (published rows)")
     return 0
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 import logging
 
-from aegisbench.cli import command, deprecated_alias
+from aegisbench.cli import command
+from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 
@@ -24,14 +25,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench firespread-baselines",
                  "aegisbench firespread-baselines --only persistence,convlstm --convlstm-steps 60 --dtype float16"])
     p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
-    p.add_argument("--out", default="submissions", help="parent folder of the submissions")
+    p.add_argument("--submissions", default="submissions", metavar="DIR",
+                   help="the folder of submission folders: writes <submissions>/<forecaster>/")
+    deprecated_alias(p, "--out", "--submissions")
     p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
     p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
     p.add_argument("--convlstm-hidden", type=int, help="hidden channels of the ConvLSTM (default 8)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
     p.add_argument("--verified", action="store_true", help="attest each forecaster's submission with this project's "
                    "private key (private/): the leaderboard shows its rows as verified (run here)")
-    declare_io(p, reads={"dataset": "--dataset"}, writes={"out": "--out"})
+    declare_io(p, reads={"dataset": "--dataset"}, writes={"submissions": "--submissions"})
     p.set_defaults(func=cmd_baselines)
 
     p = command(sub, "firespread-simulate", "run one fire-spread ensemble and print its macro statistics",
@@ -91,7 +94,7 @@ def cmd_baselines(args) -> int:
     _positive(args.convlstm_steps, "--convlstm-steps")
     _positive(args.convlstm_hidden, "--convlstm-hidden")
     kw = {k: v for k, v in (("steps", args.convlstm_steps), ("hidden", args.convlstm_hidden)) if v is not None}
-    for folder in write_baselines(args.dataset, args.out, names, ConvLSTMConfig(**kw), dtype=args.dtype):
+    for folder in write_baselines(args.dataset, args.submissions, names, ConvLSTMConfig(**kw), dtype=args.dtype):
         print(f"wrote {folder}")
         if args.verified:
             from aegisbench.attestation import attest

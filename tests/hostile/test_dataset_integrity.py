@@ -183,10 +183,10 @@ def test_source_text_in_the_card_is_inert(tmp_path):
     javascript: link, and a citation that tries to close its code fence, are data in the card:
     escaped, capped, fenced; the repo verifies, and the card verify re-renders is the same."""
     hostile = ("# Owned\n<img src=x onerror=alert(1)> [click](javascript:alert(1)) | broken table "
-               + "x" * 2000)
+               + "x" * 1500)
     params = tiny_params(tmp_path, SOURCES, [], firespread=None)
     raw = dict(params.raw)
-    raw["sources"] = {k: dict(v, description=hostile, citation="@misc{x}\n```\n<script>alert(1)</script>")
+    raw["sources"] = {k: dict(v, description=hostile, citation="@misc{x, note={\n```\n<script>alert(1)</script>}}")
                       for k, v in raw["sources"].items()}
     params = Params.from_dict(raw)
     materialize(params)

@@ -38,17 +38,17 @@ def project(tmp_path, index):
 def test_evaluate_refuses_an_out_over_its_submission(project, repo, tmp_path, capsys, monkeypatch, out):
     monkeypatch.chdir(tmp_path)
     before = files_of(tmp_path)
-    rc = main(["evaluate", "submissions/gt", "--dataset", str(repo), "--no-verify", "--out", out,
+    rc = main(["evaluate", "submissions/gt", "--dataset", str(repo), "--no-verify", "--results", out,
                "--n-resamples", "10"])
     err = _one_line(capsys)
-    assert rc == 2 and err.startswith(f"aegisbench evaluate: error: --out {out}: ")
-    assert "submission submissions/gt" in err and "give --out a place outside every input" in err
+    assert rc == 2 and err.startswith(f"aegisbench evaluate: error: --results {out}: ")
+    assert "submission submissions/gt" in err and "give --results a place outside every input" in err
     assert files_of(tmp_path) == before
 
 
 def test_evaluate_into_a_results_folder_still_works(project, repo, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert main(["evaluate", "submissions/gt", "--dataset", str(repo), "--no-verify", "--out", "results",
+    assert main(["evaluate", "submissions/gt", "--dataset", str(repo), "--no-verify", "--results", "results",
                  "--n-resamples", "10"]) == 0, capsys.readouterr().err
     assert (tmp_path / "results" / "gt" / "metrics.parquet").is_file()
     assert (tmp_path / "results" / "old" / "metrics.parquet").read_bytes() == b"an earlier result"
@@ -90,7 +90,7 @@ def test_every_command_declares_what_it_reads_and_writes():
 
 def _minimal(name: str) -> list[str]:
     required = {"detect": ["--detector", "yolo", "--weights", "w.pt", "--track", "sar", "--out", "o"],
-                "warp-detect": ["--detector", "yolo", "--weights", "w.pt", "--out", "o"],
+                "warp-detect": ["--detector", "yolo", "--weights", "w.pt", "--submission", "o"],
                 "train-reference": ["--source", "s", "--out", "o"], "export-coco": ["--out", "o"],
                 "evaluate": ["s"], "import-published": ["t.csv", "--id", "x", "--track", "sar", "--name", "n",
                                                        "--team", "t", "--protocol", "p", "--source-url",
@@ -116,7 +116,7 @@ def test_refuse_overlap_resolves_links_and_dots(tmp_path):
 
 def _build(tmp_path, src, name, *extra) -> int:
     return main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-                 "--source-dir", str(src), "--format", "yolo", "--name", name, "--class-map", SARD_MAP,
+                 "--source-dir", str(src), "--source-format", "yolo", "--source", name, "--class-map", SARD_MAP,
                  "--split-mode", "folders", *extra])
 
 
@@ -139,7 +139,7 @@ def test_a_build_over_its_source_folder_is_refused(sard, tmp_path, capsys, monke
     monkeypatch.chdir(tmp_path)
     before = files_of(sard)
     rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(sard.parent),
-               "--source-dir", str(sard), "--format", "yolo", "--name", "s", "--class-map", SARD_MAP])
+               "--source-dir", str(sard), "--source-format", "yolo", "--source", "s", "--class-map", SARD_MAP])
     assert rc == 2 and f"holds --source-dir {sard}" in _one_line(capsys)
     assert files_of(sard) == before
 
@@ -150,12 +150,12 @@ def test_a_voc_folder_read_as_yolo_is_refused_naming_what_it_looks_like(heridal,
     for f in list((heridal / "valImages").iterdir()):
         f.rename(f.with_name("val_" + f.name))
     rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-               "--source-dir", str(heridal), "--format", "yolo", "--name", "h", "--class-map", "0=person",
+               "--source-dir", str(heridal), "--source-format", "yolo", "--source", "h", "--class-map", "0=person",
                "--split-mode", "folders"])
     err = _one_line(capsys)
     assert rc == 2 and "source h: no 'person' box in any split" in err
     assert "no YOLO label file under labels/" in err and "this looks like a VOC folder" in err
-    assert "--format voc" in err
+    assert "--source-format voc" in err
     assert not (tmp_path / "repo").exists()
 
 

@@ -302,7 +302,7 @@ def _coco_source(root: Path, file_name: str, **image) -> Path:
 
 def _build(tmp_path, src, fmt, *extra) -> list[str]:
     return ["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-            "--source-dir", str(src), "--format", fmt, "--name", "s", "--class-map", "person=person",
+            "--source-dir", str(src), "--source-format", fmt, "--source", "s", "--class-map", "person=person",
             "--split-mode", "folders", *extra]
 
 
@@ -357,7 +357,7 @@ def _yolo_source(root: Path) -> Path:
 
 def _yolo_build(tmp_path, src) -> list[str]:
     return ["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-            "--source-dir", str(src), "--format", "yolo", "--name", "s", "--class-map", "0=person",
+            "--source-dir", str(src), "--source-format", "yolo", "--source", "s", "--class-map", "0=person",
             "--split-mode", "folders"]
 
 
