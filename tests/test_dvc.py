@@ -137,7 +137,8 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     shown = json.loads(_run([*dvc, "metrics", "show", "--json"], repo, env))
     (files,) = [v["data"] for v in shown.values()]
     count = sum(len(_leaves(f["data"])) for f in files.values())
-    assert count <= 60 and set(files) == {"metrics/leaderboard.json", "metrics/calibration.json"}, (count, files)
+    # each clean and floor value with its 95% interval (clean_lo/hi, floor_lo/hi): 65 on the fast project
+    assert count <= 80 and set(files) == {"metrics/leaderboard.json", "metrics/calibration.json"}, (count, files)
     _run(["git", "add", "-A"], repo, env)
     _run(["git", "commit", "-qm", "built"], repo, env)
 

@@ -113,12 +113,13 @@ def test_metrics_json_is_a_compact_summary_consistent_with_the_parquet(mixed_res
     assert sorted(doc) == ["a", "b", "c", "fs_net", "fs_ref"]
     a = doc["a"]["demo"]
     assert sorted(a) == ["recall"]  # the primary metric only (fp, precision are in the leaderboard)
-    assert a["recall"] == {"clean": 0.8, "floor": 0.0, "floor_at": "low_light_s3",
-                           "worst": {"flood": 0.7, "storm": 0.0}}
+    assert a["recall"] == {"clean": 0.8, "clean_lo": 0.75, "clean_hi": 0.85, "floor": 0.0, "floor_lo": 0.0,
+                           "floor_hi": 0.0, "floor_at": "low_light_s3", "worst": {"flood": 0.7, "storm": 0.0}}
     assert doc["b"]["demo"]["recall"]["floor_at"] == "motion_blur_s3 (+1 tied)"  # ties counted
     fs = doc["fs_net"]["firespread"]
     assert sorted(fs) == ["brier", "f1"]  # F2R and F2S headline metrics side by side
-    assert fs["f1"] == {"floor": 0.2, "floor_at": "firespread_s50"}  # one family: no 'worst'; no clean
+    # one family: no 'worst'; no clean; the floor with its interval
+    assert fs["f1"] == {"floor": 0.2, "floor_lo": 0.19, "floor_hi": 0.21, "floor_at": "firespread_s50"}
     assert fs["brier"]["floor"] == pytest.approx(0.05 + 50 / 500 + 0.1)  # lower is better: the largest
 
     def leaves(d, path=()):
@@ -126,19 +127,21 @@ def test_metrics_json_is_a_compact_summary_consistent_with_the_parquet(mixed_res
             yield from leaves(v, (*path, k)) if isinstance(v, dict) else [((*path, k), v)]
 
     values = list(leaves(doc))
-    assert len(values) <= 60  # a summary, not the table: 5 models here
+    assert len(values) <= 80  # a summary, not the table: 5 models here, each value with its interval
     # every number is the leaderboard.parquet's value of the condition it names
     long = pl.read_parquet(tmp_path / "lb1" / "leaderboard.parquet")
     for path, value in values:
         sub, source, metric, *rest = path
         cells = long.filter((pl.col("submission") == sub) & (pl.col("source") == source) & (pl.col("metric") == metric))
-        if rest == ["clean"]:
-            assert cells.filter(pl.col("config") == "clean")["value"].to_list() == [value]
-        elif rest == ["floor"]:
+        if rest[0] in ("clean", "clean_lo", "clean_hi"):
+            col = {"clean": "value", "clean_lo": "lo", "clean_hi": "hi"}[rest[0]]
+            assert cells.filter(pl.col("config") == "clean")[col].to_list() == [value]
+        elif rest[0] in ("floor", "floor_lo", "floor_hi"):
             at = doc[sub][source][metric]["floor_at"].split(" ")[0]
-            assert cells.filter(pl.col("config") == at)["value"].to_list() == [value]
+            col = {"floor": "value", "floor_lo": "lo", "floor_hi": "hi"}[rest[0]]
+            assert cells.filter(pl.col("config") == at)[col].to_list() == [value]
             col = cells["value"].drop_nulls()
-            assert value == (col.max() if metric == "brier" else col.min())
+            assert rest[0] != "floor" or value == (col.max() if metric == "brier" else col.min())
         elif rest[0] == "worst":
             fam = cells.filter(pl.col("family") == rest[1])["value"]
             assert value == (fam.max() if metric == "brier" else fam.min())
@@ -153,16 +156,28 @@ def test_metrics_json_is_a_compact_summary_consistent_with_the_parquet(mixed_res
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging left behind
 
 
-def test_severity_plots_are_titled_svg_images(mixed_results, tmp_path):
+def test_severity_plots_are_titled_svg_images_beside_their_data(mixed_results, tmp_path):
     data = fake_dataset(tmp_path / "data")
     plots = tmp_path / "plots" / "severity"
     rep = build_leaderboard(mixed_results, data, tmp_path / "lb", evaluator_version=EV, references=["c"],
                             plots=plots)
     names = sorted(p.name for p in plots.iterdir())
-    assert names == list(rep.plots) == [
-        "firespread__firespread__stochasticity__brier.svg", "firespread__firespread__stochasticity__f1.svg",
-        "sar__demo__low_light.svg", "sar__demo__motion_blur.svg", "sar__demo__turbidity_cast.svg",
-        "sar__demo__water_glare.svg"]
+    stems = ["firespread__firespread__stochasticity__brier", "firespread__firespread__stochasticity__f1",
+             "sar__demo__low_light", "sar__demo__motion_blur", "sar__demo__turbidity_cast", "sar__demo__water_glare"]
+    assert names == list(rep.plots) == sorted(f"{s}{ext}" for s in stems for ext in (".json", ".svg"))
+    # the data of each image: one record per model and condition, the leaderboard's value and interval
+    long = pl.read_parquet(tmp_path / "lb" / "leaderboard.parquet")
+    records = json.loads((plots / "sar__demo__low_light.json").read_text())
+    assert [(r["model"], r["condition"], r["severity"]) for r in records] == [
+        ("Charlie [c] (reference)", "clean", 0), ("Charlie [c] (reference)", "low_light_s3", 3),
+        ("Alpha [a]", "clean", 0), ("Alpha [a]", "low_light_s3", 3),
+        ("Bravo [b]", "clean", 0), ("Bravo [b]", "low_light_s3", 3)]
+    for r in records:
+        cell = long.filter((pl.col("submission") == r["submission"]) & (pl.col("config") == r["condition"])
+                           & (pl.col("metric") == "recall")).row(0, named=True)
+        assert r["metric"] == "recall" and (r["value"], r["lo"], r["hi"]) == (cell["value"], cell["lo"], cell["hi"])
+    fire = json.loads((plots / "firespread__firespread__stochasticity__brier.json").read_text())
+    assert sorted({r["severity"] for r in fire}) == [0, 30, 50] and {r["metric"] for r in fire} == {"brier"}
     low = (plots / "sar__demo__low_light.svg").read_text()
     assert low.startswith("<?xml") and "<svg" in low and "http://" not in low.replace(
         "http://www.w3.org", "").replace("http://purl.org", "").replace("http://creativecommons.org", "")
@@ -178,7 +193,7 @@ def test_severity_plots_are_titled_svg_images(mixed_results, tmp_path):
     shutil.rmtree(mixed_results / "fs_ref")
     shutil.rmtree(mixed_results / "fs_net")
     rep = build_leaderboard(mixed_results, data, tmp_path / "lb", evaluator_version=EV, plots=plots)
-    assert sorted(p.name for p in plots.iterdir()) == list(rep.plots) == names[2:]
+    assert sorted(p.name for p in plots.iterdir()) == list(rep.plots) == names[4:]
     assert "Charlie [c] (reference)" not in (plots / "sar__demo__low_light.svg").read_text()
     assert sorted(p.name for p in plots.parent.iterdir()) == ["severity"]
 
@@ -189,7 +204,7 @@ def test_cli_flags_and_bad_flags(hand_results, tmp_path, main, capsys):  # noqa:
     rc = main([*base, "--out", str(tmp_path / "lb"), "--reference", "c", "--reference", "ghost",
                "--metrics", str(tmp_path / "metrics" / "leaderboard.json"), "--plots", str(tmp_path / "plots")])
     out = capsys.readouterr().out
-    assert rc == 0 and "metrics " in out and "4 SVG image(s)" in out
+    assert rc == 0 and "metrics " in out and "4 SVG image(s) and 4 JSON data file(s)" in out
     assert json.loads((tmp_path / "metrics" / "leaderboard.json").read_text())["c"]
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.md").write_text("mine")
@@ -217,13 +232,25 @@ def test_cli_flags_and_bad_flags(hand_results, tmp_path, main, capsys):  # noqa:
         assert flag in " ".join(helptext.split()), flag
 
 
+def _shift_clean_recall(results: Path, sub: str, by: float) -> None:
+    """Lower ``sub``'s clean recall (value and interval) by ``by``: another experiment's result."""
+    path = results / sub / "metrics.parquet"
+    df = pl.read_parquet(path)
+    hit = (pl.col("config") == "clean") & (pl.col("metric") == "recall")
+    df.with_columns([pl.when(hit).then(pl.col(c) - by).otherwise(pl.col(c)).alias(c) for c in ("value", "lo", "hi")]
+                    ).write_parquet(path)
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_dvc_plots_and_metrics_show_read_the_exports(mixed_results, tmp_path):
+    """`dvc plots show` shows the SVG images (offline) and draws the data; `dvc plots diff` overlays
+    two revisions' curves; `dvc metrics show` / `diff` carry the intervals."""
     pytest.importorskip("dvc")
     repo = tmp_path / "repo"
     repo.mkdir()
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "DVC_SITE_CACHE_DIR": str(tmp_path / "dvc-site"),
-           "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path)}
+           "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@e.org"}
     dvc = [sys.executable, "-m", "dvc"]
 
     def run(*args):
@@ -231,26 +258,34 @@ def test_dvc_plots_and_metrics_show_read_the_exports(mixed_results, tmp_path):
         assert proc.returncode == 0, f"{args}:\n{proc.stdout}\n{proc.stderr}"
         return proc.stdout
 
+    def build():
+        build_leaderboard(mixed_results, fake_dataset(tmp_path / "data"), repo / "leaderboard", evaluator_version=EV,
+                          references=["c"], metrics=repo / "metrics" / "leaderboard.json",
+                          plots=repo / "plots" / "severity")
+
     run("git", "init", "-q")
     run(*dvc, "init", "-q")
-    build_leaderboard(mixed_results, fake_dataset(tmp_path / "data"), repo / "leaderboard", evaluator_version=EV,
-                      references=["c"], metrics=repo / "metrics" / "leaderboard.json",
-                      plots=repo / "plots" / "severity")
+    build()
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["leaderboard"]
     (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"leaderboard": {  # as in the project's dvc.yaml
         "cmd": "aegisbench leaderboard", "outs": [{"leaderboard": {"cache": False}}],
         "metrics": stage["metrics"], "plots": stage["plots"]}}}))
+    template = stage["plots"][0]["plots/severity"]["template"]
+    (repo / template).parent.mkdir(parents=True)
+    shutil.copy(ROOT / template, repo / template)  # the project's template, where dvc.yaml names it
 
     shown = json.loads(run(*dvc, "plots", "show", "--json"))
     assert not shown.get("errors"), shown.get("errors")
-    images = sorted(p.name for p in (repo / "plots" / "severity").iterdir())
-    assert sorted(shown["data"]) == [f"plots/severity/{n}" for n in images] and len(images) == 6
-    for entries in shown["data"].values():
-        assert [e["type"] for e in entries] == ["image"]  # our own pictures: no Vega
+    files = sorted(p.name for p in (repo / "plots" / "severity").iterdir())
+    assert sorted(shown["data"]) == [f"plots/severity/{n}" for n in files] and len(files) == 12
+    for name, entries in shown["data"].items():
+        assert [e["type"] for e in entries] == (["image"] if name.endswith(".svg") else ["vega"]), name
+    spec = shown["data"]["plots/severity/sar__demo__low_light.json"][0]["content"]
+    assert spec["encoding"]["x"]["field"] == "severity" and spec["encoding"]["color"]["field"] == "model"
+    assert [layer["mark"]["type"] for layer in spec["layer"]] == ["area", "line"]  # the interval band, the line
     run(*dvc, "plots", "show", "-o", str(tmp_path / "html"))
     html = (tmp_path / "html" / "index.html").read_text()
-    assert "<script" not in html and "cdn" not in html.lower()  # nothing to fetch: readable offline
-    assert html.count("<img") == 6
+    assert html.count("<img") == 6  # the images need nothing fetched: readable offline
 
     metrics = json.loads(run(*dvc, "metrics", "show", "--json"))
     (entry,) = metrics.values()
@@ -258,3 +293,21 @@ def test_dvc_plots_and_metrics_show_read_the_exports(mixed_results, tmp_path):
     assert data == json.loads((repo / "metrics" / "leaderboard.json").read_text())
     table = run(*dvc, "metrics", "show")  # the plain table flattens the nesting into columns
     assert "c.demo.recall.floor_at" in table and "low_light_s3" in table
+    assert "a.demo.recall.clean_lo" in table and "a.demo.recall.floor_hi" in table
+
+    # another experiment: Alpha's clean recall lower; dvc plots diff overlays both revisions' curves
+    run("git", "add", "-A")
+    run("git", "commit", "-qm", "one experiment")
+    _shift_clean_recall(mixed_results, "a", 0.25)
+    build()
+    diff = json.loads(run(*dvc, "plots", "diff", "HEAD", "--json"))
+    (plot,) = diff["data"]["plots/severity/sar__demo__low_light.json"]
+    assert plot["type"] == "vega" and sorted(plot["revisions"]) == ["HEAD", "workspace"]
+    alpha = {(r["rev"], r["condition"]): (r["value"], r["lo"], r["hi"]) for r in plot["content"]["data"]["values"]
+             if r["submission"] == "a"}
+    assert alpha[("HEAD", "clean")] == (0.8, 0.75, 0.85)
+    assert alpha[("workspace", "clean")] == pytest.approx((0.55, 0.5, 0.6))
+    assert alpha[("HEAD", "low_light_s3")] == alpha[("workspace", "low_light_s3")]
+    changed = json.loads(run(*dvc, "metrics", "diff", "HEAD", "--json"))["metrics/leaderboard.json"]
+    assert changed["a.demo.recall.clean"]["old"] == 0.8 and changed["a.demo.recall.clean_lo"]["old"] == 0.75
+    assert changed["a.demo.recall.clean_hi"]["new"] == pytest.approx(0.6)

@@ -7,12 +7,14 @@ builds left. Outputs carry no timestamps and are written in sorted order: the sa
 give the same bytes.
 
 Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
-(family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md`` and
+(family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md``,
+``CITATION.bib`` (the benchmark's and the sources' BibTeX, ``citations``) and
 ``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``). Optionally, outside ``out``:
-the metrics JSON for ``dvc metrics show`` and the severity-curve CSVs for ``dvc plots show``
-(see ``exports``). Submissions named as references are listed first and marked everywhere.
-With fire-spread results, ``firespread/`` holds the fire-spread report (seed 003 Fig. 3 from
-the dataset's statistic, the F2R-vs-F2S table by ``Var[Z_t]``) that the page also shows.
+the metrics JSON for ``dvc metrics show`` and the severity curves (SVG images and their JSON
+data) for ``dvc plots show`` / ``dvc plots diff`` (see ``exports``). Submissions named as
+references are listed first and marked everywhere. With fire-spread results, ``firespread/``
+holds the fire-spread report (seed 003 Fig. 3 from the dataset's statistic, the F2R-vs-F2S
+table by ``Var[Z_t]``) that the page also shows.
 
 >>> import polars as pl
 >>> parquet_bytes(pl.DataFrame({"a": [1.5]})) == parquet_bytes(pl.DataFrame({"a": [1.5]}))
@@ -34,6 +36,7 @@ from aegisbench.atomic import atomic_write_bytes, atomic_write_text, clean_lefto
 from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
+from aegisbench.leaderboard.citations import write_citations
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
 from aegisbench.leaderboard.markdown import render_markdown
 from aegisbench.leaderboard.identity import bind_to_submissions, statuses
@@ -56,7 +59,7 @@ class BuildReport:
     references: tuple[str, ...] = ()  # reference submissions found among the merged results
     missing_references: tuple[str, ...] = ()  # --reference ids not among the merged results
     metrics: Path | None = None
-    plots: tuple[str, ...] = ()  # CSV names written under the plots folder
+    plots: tuple[str, ...] = ()  # file names written under the plots folder (SVG and JSON)
 
 
 def parquet_bytes(df: pl.DataFrame) -> bytes:
@@ -169,6 +172,7 @@ def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots,
     firespread = _firespread_report(board, {e.folder: e.path for e in entries}, dataset)
     with staged_dir(out) as staging:
         files = write_board(board, staging, firespread, preview)
+        files.append(write_citations(dataset, staging, expect.dataset_digest))
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
     metrics_path = write_metrics(board, metrics) if metrics is not None else None

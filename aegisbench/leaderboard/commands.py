@@ -1,13 +1,16 @@
-"""CLI command ``leaderboard`` (wired in via ``register(subparsers)``); ``publish`` (the dataset
-repo to the Hub) lives with the dataset repo, in :mod:`aegisbench.builders.commands`."""
+"""CLI commands ``leaderboard`` and ``export`` (wired in via ``register(subparsers)``); ``publish``
+(the dataset repo to the Hub) lives with the dataset repo, in :mod:`aegisbench.builders.commands`."""
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from aegisbench.cli import command
 from aegisbench.overlap import declare_io
+
+log = logging.getLogger("aegisbench")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "the per-condition metrics for `dvc metrics show` and the severity curves for `dvc plots show`.",
                 ["aegisbench leaderboard", "aegisbench leaderboard --reference reference_sar --strict",
                  "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity"])
-    p.add_argument("--results", default="results", help="folder of results/<id>/")
+    p.add_argument("--results", default="results", metavar="DIR", help="the results folder: reads <results>/<id>/")
     p.add_argument("--dataset", default="data/aegisbench",
                    help="dataset repo whose manifest digest results must match")
     p.add_argument("--out", default="leaderboard", help="output folder")
@@ -38,8 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the preview stage's folder (data/preview): its corruption grids become the page's "
                         "condition gallery, one thumbnail per condition of the same frame (default: no gallery)")
     p.add_argument("--submissions", action="append", default=[], metavar="DIR",
-                   help="folder of the stored submissions (repeatable): results whose files are not those of "
-                        "DIR/<id> are skipped, so a folder named like another submission cannot stand for it")
+                   help="a folder of submission folders, as stored (repeatable): results whose files are not "
+                        "those of DIR/<id> are skipped, so a folder named like another submission cannot stand for it")
     p.add_argument("--private", default=None, metavar="DIR",
                    help="the project whose private/ holds its attestations (default: the current folder, or "
                         "AEGISBENCH_PRIVATE): a row is verified only when its run was attested there")
@@ -49,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                          "submissions": "--submissions"},  # --private: its private/ (build_leaderboard)
                writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})
     p.set_defaults(func=cmd_leaderboard)
+    register_export(sub)
 
 
 def cmd_leaderboard(args) -> int:
@@ -69,5 +73,63 @@ def cmd_leaderboard(args) -> int:
     if report.metrics is not None:
         print(f"metrics {report.metrics} (dvc metrics show)")
     if args.plots is not None:
-        print(f"severity curves {args.plots}: {len(report.plots)} SVG image(s) (dvc plots show)")
+        svg = sum(name.endswith(".svg") for name in report.plots)
+        print(f"severity curves {args.plots}: {svg} SVG image(s) and {len(report.plots) - svg} JSON data file(s) "
+              "(dvc plots show, dvc plots diff)")
     return 2 if args.strict and (report.skipped or report.missing_references) else 0
+
+
+def _out(value: str) -> str | None:
+    """``--out``: a file, or None for ``-`` (standard output)."""
+    return None if value == "-" else value
+
+
+def register_export(sub: argparse._SubParsersAction) -> None:
+    from aegisbench.leaderboard.export_table import COLUMNS, FORMATS
+
+    p = command(sub, "export", "write the per-condition table with intervals as CSV, LaTeX or JSON, for a paper",
+                "One row per model, source, condition and metric with its value and 95% interval [lo, hi], from "
+                "the built leaderboard (or from results folders): never one averaged number; a value that is "
+                f"not defined is empty (null) with its reason in 'note'. CSV and JSON columns: {', '.join(COLUMNS)}. "
+                "LaTeX: one booktabs table per track, source and metric (conditions as rows, models as columns; "
+                "without --metric the primary metrics: recall, F2R F1 and F2S Brier). Cite the benchmark and "
+                "its sources with leaderboard/CITATION.bib (written by `aegisbench leaderboard`).",
+                ["aegisbench export --format csv --out paper/aegisbench.csv",
+                 "aegisbench export --format latex --model reference_sar --source synthetic_sar --out paper/table.tex",
+                 "aegisbench export --format json --metric recall --metric map50   # to standard output",
+                 "aegisbench export --results results/my_yolo --format csv   # your own results, not yet merged"])
+    p.add_argument("--format", choices=FORMATS, default="csv", help="what to write")
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--leaderboard", default=None, metavar="PATH",
+                     help="the leaderboard folder (or its leaderboard.parquet) to export (default: leaderboard)")
+    src.add_argument("--results", default=None, metavar="DIR",
+                     help="export results folders instead: one results/<id>/ or a folder of them (scored on one "
+                          "dataset by one evaluator version)")
+    p.add_argument("--model", action="append", default=[], metavar="NAME",
+                   help="only this model (its name or submission id; repeatable)")
+    p.add_argument("--source", action="append", default=[], metavar="NAME", help="only this source (repeatable)")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME",
+                   help="only this metric (a registered name such as recall; repeatable)")
+    p.add_argument("--out", type=_out, default="-", metavar="FILE",
+                   help="file to write (atomically; nothing is written on an error), - for standard output")
+    p.add_argument("--private", default=None, metavar="DIR",
+                   help="with --results: the project whose private/ attests its runs (verified rows; default: "
+                        "the current folder, or AEGISBENCH_PRIVATE)")
+    declare_io(p, reads={"leaderboard": "--leaderboard", "results": "--results"}, writes={"out": "--out"})
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_export(args) -> int:
+    from aegisbench.leaderboard.export_table import export_table, write_export
+
+    leaderboard = args.leaderboard if args.results is not None or args.leaderboard else "leaderboard"
+    text, n = export_table(args.format, leaderboard=leaderboard if args.results is None else None,
+                           results=args.results, models=args.model, sources=args.source, metrics=args.metric,
+                           private=args.private)
+    if args.out is None:
+        sys.stdout.write(text)
+        log.info("export: %d rows (%s) to standard output", n, args.format)
+    else:
+        write_export(text, args.out, leaderboard=leaderboard, results=args.results)
+        print(f"export {args.out}: {n} rows ({args.format})")
+    return 0

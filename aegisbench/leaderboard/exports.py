@@ -1,21 +1,28 @@
 """What ``aegisbench leaderboard`` exports for DVC: ``--metrics`` and ``--plots``.
 
 ``--metrics FILE`` is a compact JSON for ``dvc metrics show`` (a few values per model, so the
-table fits a screen; every cell with its interval stays in ``leaderboard.parquet``): per
-submission, source and primary metric (detection: recall at the frozen threshold; fire spread:
-the F2R and F2S headline metrics) its ``clean`` value (detection), its ``floor`` (the worst
-condition) and ``floor_at`` (where; ties counted), and, when the source has several condition
-families, the ``worst`` value of each family. Never one averaged number::
+table fits a screen; every cell with its interval stays in ``leaderboard.parquet`` and in
+``aegisbench export``): per submission, source and primary metric (detection: recall at the
+frozen threshold; fire spread: the F2R and F2S headline metrics) its ``clean`` value
+(detection), its ``floor`` (the worst condition) and ``floor_at`` (where; ties counted), each
+value with its 95% interval (``clean_lo``/``clean_hi``, ``floor_lo``/``floor_hi``; absent when
+the metric has none), and, when the source has several condition families, the ``worst``
+value of each family. Never one averaged number::
 
-    {"reference_sar": {"synthetic_sar": {"recall": {"clean": 0.8, "floor": 0.0,
-        "floor_at": "low_light_s3 (+2 tied)", "worst": {"flood": 0.41, "optics": 0.0}}}}}
+    {"reference_sar": {"synthetic_sar": {"recall": {"clean": 0.8, "clean_lo": 0.74, "clean_hi": 0.86,
+        "floor": 0.0, "floor_lo": 0.0, "floor_hi": 0.02, "floor_at": "low_light_s3 (+2 tied)",
+        "worst": {"flood": 0.41, "optics": 0.0}}}}}
 
-``--plots DIR`` holds the severity curves as SVG images for ``dvc plots show`` (DVC shows
-image plots as they are: no Vega, nothing fetched, readable offline): one file per track,
-source and corruption (fire spread: per stochasticity ladder and primary metric), titled,
-the y axis named after the metric, the x axis the severity (0 = the model's own clean) or,
-for fire spread, the S-Level; one line per model with its 95% interval as a band. The folder
-is rebuilt and swapped in whole (nothing stale lingers).
+``--plots DIR`` holds the severity curves twice, one pair per track, source and corruption
+(fire spread: per stochasticity ladder and primary metric). ``NAME.svg`` is a titled image
+for ``dvc plots show`` (shown as it is: no Vega, nothing fetched, readable offline), the y axis
+named after the metric, the x axis the severity (0 = the model's own clean) or, for fire
+spread, the S-Level; one line per model with its 95% interval as a band. ``NAME.json`` is the
+same curve as data, one record per model and condition (``model``, ``submission``,
+``condition``, ``severity``, ``metric``, ``value``, ``lo``, ``hi``), which ``dvc.yaml`` declares
+with ``x: severity``, ``y: value`` and the template :data:`DVC_TEMPLATE` (a line per model, its
+interval as a band, dashed per revision), so ``dvc plots diff`` overlays two experiments. The
+folder is rebuilt and swapped in whole (nothing stale lingers).
 
 Both are deterministic: sorted keys and rows, ``repr`` floats, no timestamps.
 
@@ -44,7 +51,9 @@ from aegisbench.leaderboard.tables import Section, fixed_scale, label, primary_m
 from aegisbench.vocab import CLEAN, FIRESPREAD
 
 log = logging.getLogger(__name__)
-PLOT_SUFFIXES = (".svg", ".csv")  # what a plots folder may hold (.csv: written by earlier versions)
+PLOT_SUFFIXES = (".svg", ".json", ".csv")  # what a plots folder may hold (.csv: written by earlier versions)
+#: the Vega-Lite template of the curves' data (``dvc.yaml``: ``template:``), relative to the project
+DVC_TEMPLATE = "aegisbench/templates/dvc_severity_plot.json"
 
 
 def _where(at: list[str]) -> str:
@@ -52,8 +61,14 @@ def _where(at: list[str]) -> str:
     return at[0] + (f" (+{len(at) - 1} tied)" if len(at) > 1 else "")
 
 
+def _interval(name: str, lo: float | None, hi: float | None) -> dict:
+    """``{name_lo: lo, name_hi: hi}``, or nothing when the value has no interval."""
+    return {} if lo is None or hi is None else {f"{name}_lo": lo, f"{name}_hi": hi}
+
+
 def metrics_doc(board: Board) -> dict:
-    """submission -> source -> primary metric -> {clean, floor, floor_at, worst: {family: value}}."""
+    """submission -> source -> primary metric -> {clean, clean_lo, clean_hi, floor, floor_lo, floor_hi,
+    floor_at, worst: {family: value}}."""
     doc: dict = {}
     for section in sections(board):
         for metric in primary_metrics(section):
@@ -67,9 +82,11 @@ def metrics_doc(board: Board) -> dict:
                                          & board.families["severity"].is_null())
             several = fams["family"].n_unique() > 1
             for fl in floors.iter_rows(named=True):
-                entry: dict = {"floor": fl["floor"], "floor_at": _where(fl["at"])}
+                entry: dict = {"floor": fl["floor"], "floor_at": _where(fl["at"]),
+                               **_interval("floor", fl["lo"], fl["hi"])}
                 if fl[CLEAN] is not None:
-                    entry["clean"] = fl[CLEAN]
+                    clean = section.cell(fl["submission"], CLEAN, metric) or {}
+                    entry.update(clean=fl[CLEAN], **_interval(CLEAN, clean.get("lo"), clean.get("hi")))
                 if several and sign is not None:
                     mine = fams.filter(fams["submission"] == fl["submission"])
                     entry["worst"] = {r["family"]: r["min"] if sign > 0 else r["max"]
@@ -172,8 +189,26 @@ def curve_svg(section: Section, metric: str, key: str, conds: list[dict], curves
     return buf.getvalue()
 
 
+def curve_data(section: Section, metric: str, conds: list[dict]) -> bytes:
+    """The curves of ``conds`` as data for ``dvc plots``: a JSON list of one record per model and
+    condition with a value (``model`` as the legend names it, ``severity`` the x axis, ``value``
+    and its interval ``lo``/``hi``, null when there is none), models in the section's order."""
+    records = []
+    for m in section.models:
+        name = curve_name(m.model, m.submission, m.reference)
+        for c in conds:
+            cell = section.cell(m.submission, c["config"], metric)
+            if cell is None or cell["value"] is None:
+                continue
+            records.append({"model": name, "submission": m.submission, "condition": c["config"],
+                            "severity": c["severity"], "metric": metric, "value": cell["value"],
+                            "lo": cell["lo"], "hi": cell["hi"]})
+    return (json.dumps(records, indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+
+
 def plot_images(board: Board) -> dict[str, bytes]:
-    """file name -> SVG bytes of every severity curve of the primary metrics."""
+    """file name -> bytes of every severity curve of the primary metrics: ``NAME.svg`` (the
+    image) and ``NAME.json`` (its data, :func:`curve_data`)."""
     files: dict[str, bytes] = {}
     for section in sections(board):
         metrics = primary_metrics(section)
@@ -187,17 +222,18 @@ def plot_images(board: Board) -> dict[str, bytes]:
                     digest = hashlib.sha256(repr((section.track, section.source, key, metric)).encode()).hexdigest()
                     name = f"{name[:-4]}-{digest[:8]}.svg"
                 files[name] = curve_svg(section, metric, key, conds, curves)
+                files[name[:-4] + ".json"] = curve_data(section, metric, conds)
     return dict(sorted(files.items()))
 
 
 def write_plots(board: Board, folder: str | Path) -> list[Path]:
-    """Rebuild ``folder`` with the severity-curve SVGs (staged, then swapped in whole)."""
+    """Rebuild ``folder`` with the severity curves, SVG and JSON (staged, then swapped in whole)."""
     folder = Path(folder)
     images = plot_images(board)
     with staged_dir(folder) as staging:
         for name, data in images.items():
             atomic_write_bytes(staging / name, data)
-    log.info("leaderboard severity plots %s: %d curves", folder, len(images))
+    log.info("leaderboard severity plots %s: %d curves (SVG and JSON)", folder, len(images) // 2)
     return [folder / n for n in images]
 
 
