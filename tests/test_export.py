@@ -76,7 +76,7 @@ def test_csv_and_json_hold_every_headline_cell_of_the_leaderboard(board, hand_re
 
     # the results folders themselves give the same table
     assert export_table("csv", results=hand_results)[0] == text
-    one = _csv(export_table("csv", results=hand_results / "b")[0])
+    one = _csv(export_table("csv", results=hand_results, models=["b"])[0])
     assert {r["submission"] for r in one} == {"b"} and len(one) == sum(r["submission"] == "b" for r in rows)
 
 
@@ -159,7 +159,9 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(board, hand_results, t
     write_result(tmp_path / "mixed", "y", [row("y", "clean", "recall", 0.5, 0.4, 0.6)])
     (tmp_path / "folder.csv").mkdir()
     cases = {
-        f"{empty / 'metrics.parquet'}: no rows": ["--results", str(empty)],
+        f"{empty / 'metrics.parquet'}: no rows": ["--results", str(empty.parent)],
+        f"is one submission's results, not the results folder: give --results {empty.parent} --model e":
+            ["--results", str(empty)],
         "no results folder in it": ["--results", str(tmp_path / "nothing")],
         "no rows: nothing to export": ["--leaderboard", str(tmp_path / "empty_lb")],
         f"--leaderboard {tmp_path / 'absent'}: does not exist": ["--leaderboard", str(tmp_path / "absent")],

@@ -97,14 +97,14 @@ def register_export(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench export --format csv --out paper/aegisbench.csv",
                  "aegisbench export --format latex --model reference_sar --source synthetic_sar --out paper/table.tex",
                  "aegisbench export --format json --metric recall --metric map50   # to standard output",
-                 "aegisbench export --results results/my_yolo --format csv   # your own results, not yet merged"])
+                 "aegisbench export --results results --model my_yolo   # your own results, not yet merged"])
     p.add_argument("--format", choices=FORMATS, default="csv", help="what to write")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--leaderboard", default=None, metavar="PATH",
                      help="the leaderboard folder (or its leaderboard.parquet) to export (default: leaderboard)")
     src.add_argument("--results", default=None, metavar="DIR",
-                     help="export results folders instead: one results/<id>/ or a folder of them (scored on one "
-                          "dataset by one evaluator version)")
+                     help="export the results folder instead (one <id>/ per submission, all scored on one dataset "
+                          "by one evaluator version; --model picks submissions)")
     p.add_argument("--model", action="append", default=[], metavar="NAME",
                    help="only this model (its name or submission id; repeatable)")
     p.add_argument("--source", action="append", default=[], metavar="NAME", help="only this source (repeatable)")

@@ -63,13 +63,18 @@ def read_leaderboard(path: str | Path) -> pl.DataFrame:
 
 
 def read_results(path: str | Path, private: str | Path | None = None) -> pl.DataFrame:
-    """The long table of ``path``: one ``results/<id>/`` folder or a folder of them, each read and
-    checked as the leaderboard reads it (a malformed one is an error naming its file)."""
+    """The long table of the results folder ``path`` (one ``<id>/`` folder per submission, as
+    ``evaluate`` writes them), each read and checked as the leaderboard reads it (a malformed one
+    is an error naming its file). One submission's folder is refused: ``--results`` means the
+    results folder everywhere; ``--model ID`` picks one submission."""
     path = Path(path)
     where = f"--results {path}"
     if not path.is_dir():
-        raise BadInput("not a folder (a results/<id>/ folder or a folder of them)", where=where)
-    folders = [path] if (path / METRICS_FILE).exists() else result_folders(path)
+        raise BadInput("not a folder (the results folder, with one <id>/ folder per submission)", where=where)
+    if (path / METRICS_FILE).exists():
+        raise BadInput(f"is one submission's results, not the results folder: give --results {path.parent} "
+                       f"--model {path.name}", where=where)
+    folders = result_folders(path)
     if not folders:
         raise BadInput(f"no results folder in it (results/<id>/ with {METRICS_FILE}): no rows to export",
                        where=where)
