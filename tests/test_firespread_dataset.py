@@ -26,6 +26,8 @@ from aegisbench.firespread.layout import make_initial_condition
 from aegisbench.firespread.params import FirespreadParams
 from aegisbench.firespread.submission import FORECASTS, forecasts_table
 from aegisbench.leaderboard.results import read_entry
+from test_leaderboard_page import measure
+from test_leaderboard_site import CHROMIUM
 
 V = "0.1.0"
 PARAMS = {"grid": [16, 16], "realizations": 24, "s_levels": [0, 30], "initial_conditions": 4,
@@ -187,15 +189,23 @@ def test_held_out_truth_ece_floor_pooled_strata_and_report(repo, tmp_path, capsy
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the last good report is kept
 
 
-def test_leaderboard_shows_fig3_and_the_f2r_f2s_table(repo, tmp_path, capsys):
-    path = repo / "repo"
-    res = tmp_path / "results"
+@pytest.fixture(scope="module")
+def board(repo, tmp_path_factory):
+    """Two fire-spread baselines evaluated and a leaderboard of them: (results, leaderboard)."""
+    tmp = tmp_path_factory.mktemp("fs-board")
+    res = tmp / "results"
     for name in ("oracle", "persistence"):
-        assert cli.main(["evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(path),
+        assert cli.main(["evaluate", str(repo / "subs" / f"firespread_{name}"), "--dataset", str(repo / "repo"),
                          "--results", str(res), "--n-resamples", "30"]) == 0
+    lb = tmp / "lb"
+    assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(repo / "repo"), "--out", str(lb)]) == 0
+    return res, lb
+
+
+def test_leaderboard_shows_fig3_and_the_f2r_f2s_table(repo, board, tmp_path, capsys):
+    path = repo / "repo"
+    res, lb = board
     assert (res / "firespread_oracle" / "strata.parquet").is_file()
-    lb = tmp_path / "lb"
-    assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(path), "--out", str(lb)]) == 0
     assert sorted(p.name for p in (lb / "firespread").iterdir()) == ["README.md", "f2r_vs_f2s.csv", "sd_zt.csv",
                                                                      "sd_zt.png"]
     html = (lb / "site" / "index.html").read_text()
@@ -207,6 +217,22 @@ def test_leaderboard_shows_fig3_and_the_f2r_f2s_table(repo, tmp_path, capsys):
     assert cli.main(["leaderboard", "--results", str(res), "--dataset", str(path), "--out", str(again)]) == 0
     for f in ("firespread/sd_zt.png", "firespread/f2r_vs_f2s.csv", "site/index.html"):
         assert (lb / f).read_bytes() == (again / f).read_bytes()  # same results, same bytes
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at /usr/bin/chromium")
+def test_fire_spread_section_fits_1400_and_400_px(board, tmp_path):
+    """Issue 33 item 3: Fig. 3 and the fire-spread curves whole on screen at both widths, at
+    no less than 3/4 of their size (a phone gets Fig. 3's panels stacked), no page overflow."""
+    _, lb = board
+    shown = {}
+    for width in (1400, 400):
+        m = measure(lb / "site", "index.html", width, tmp_path)
+        assert m["scroll"] <= m["inner"] == width, m["scroll"]
+        bad = [f for f in m["figures"] if f["clipped"] or f["scale"] < 0.75]
+        assert not bad, (width, bad)
+        shown[width] = {f["src"] for f in m["figures"]}
+    assert "firespread-sd_zt.png" in shown[1400] and "firespread-sd_zt-narrow.png" in shown[400]
+    assert "curves-firespread-firespread-f1.svg" in shown[400] & shown[1400]
 
 
 def _broken(repo, tmp_path, mutate) -> str:

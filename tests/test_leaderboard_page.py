@@ -1,9 +1,12 @@
 """The leaderboard page as a reader meets it (issue 18 item 3), in headless Chromium at
 1400 and 400 px: no horizontal page overflow, the floor and where it happens visible on a
-phone, interval text >= 12 px, captions and header scopes, nothing behind a hover; display
-names and directions from the metric registry; fire-spread panels without detection
-leftovers; model metadata and verified / self-reported status from submission.yaml; the
-condition gallery from the preview grid; the smoke-test banner on tiny data.
+phone, every figure (severity curves, fire-spread ones included) whole on screen at no less
+than 3/4 of its size, interval text >= 12 px, captions and header scopes, nothing behind a
+hover; display names and directions from the metric registry; fire-spread panels without
+detection leftovers; model metadata and verified / self-reported status from
+submission.yaml; the condition gallery from the preview grid; the smoke-test banner on tiny
+data. A thermal source (issue 33 item 3): only the conditions built for its sensor are
+columns, panels and gallery rows, the others one note, and its heat map fits 1400 px.
 
 Measurements run in the real page: it is opened in an iframe of the wanted width and a
 script reads the layout back (computed styles, bounding boxes) into the dumped DOM.
@@ -18,18 +21,20 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 import pytest
 import yaml
 
 from _evalkit import gt_table, write_submission
 from aegisbench.attestation import attest_files
 from aegisbench.cli import main
-from aegisbench.corruptions.preview import preview_grid
+from aegisbench.corruptions.preview import grid_corruptions, preview_grid
 from aegisbench.corruptions.registry import names
 from aegisbench.leaderboard.build import build_leaderboard
 from aegisbench.metrics import REGISTRY
 from test_leaderboard import DIGEST, EV, fake_dataset
-from test_leaderboard_site import CHROMIUM, chromium, paper_like_results
+from aegisbench.vocab import THERMAL
+from test_leaderboard_site import CHROMIUM, _detection_rows, chromium, paper_like_results
 
 needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not installed at "
                                     "/usr/bin/chromium (apt-get install -y chromium)")
@@ -68,6 +73,20 @@ MEASURE = """
                        hidden: clipped(row.cells[1]) || clipped(where)});
     });
   });
+  out.figures = [];  /* every figure shown: which file (a <picture> picks by width), clipped, scale */
+  doc.querySelectorAll(".curves img").forEach(function (im) {
+    if (!im.offsetParent) { return; }
+    var r = im.getBoundingClientRect();
+    out.figures.push({src: im.currentSrc.split("/").pop(), clipped: clipped(im),
+                      scale: r.width / im.naturalWidth});
+  });
+  out.heat = [];  /* the condition headers of each heat map shown, and whether each is on screen */
+  doc.querySelectorAll("table.heat").forEach(function (t) {
+    if (!t.offsetParent) { return; }
+    out.heat.push({id: t.id, hidden: Array.prototype.filter.call(t.querySelectorAll("th[data-config]"), clipped)
+                   .map(function (h) { return h.getAttribute("data-config"); }),
+                   columns: t.querySelectorAll("th[data-config]").length});
+  });
   out.text = doc.body.innerText;
   var pre = document.createElement("pre");
   pre.id = "measured";
@@ -93,6 +112,28 @@ def measure(site: Path, page: str, width: int, tmp: Path) -> dict:
     return json.loads(html.unescape(found.group(1)))
 
 
+THERMAL_SOURCE = "hituav"
+NOT_PHYSICAL = f"not physical for {THERMAL}"
+
+
+def add_thermal_source(results: Path, subs=("yolo11", "frcnn")) -> None:
+    """Rows of a thermal source beside the others, as the evaluator writes them: SARD-like
+    values where the corruption is built for a thermal sensor, else null rows noted
+    ``not physical for thermal`` (one per metric)."""
+    built = set(grid_corruptions(THERMAL))
+    for sub in subs:
+        path = results / sub / "metrics.parquet"
+        df = pl.read_parquet(path).with_columns(pl.lit(None, pl.String).alias("note"))
+        rows = [{**r, "source": THERMAL_SOURCE, "note": None} for r in _detection_rows(sub, "sard")]
+        for r in rows:
+            if r["corruption"] and r["corruption"] not in built:
+                r.update(value=None, lo=None, hi=None, n=None, note=NOT_PHYSICAL)
+        pl.concat([df, pl.DataFrame(rows, schema=df.schema)]).write_parquet(path)
+        prov = json.loads((results / sub / "provenance.json").read_text())
+        prov["frozen_threshold"][THERMAL_SOURCE] = 0.33
+        (results / sub / "provenance.json").write_text(json.dumps(prov))
+
+
 def tiny_manifest(root: Path, test_images: int) -> Path:
     """A dataset folder whose manifest says how many clean test images each source has."""
     root.mkdir(parents=True, exist_ok=True)
@@ -105,9 +146,11 @@ def tiny_manifest(root: Path, test_images: int) -> Path:
 @pytest.fixture(scope="module")
 def board(tmp_path_factory):
     """The paper-like results with metadata on two models, one of them a reference with a
-    weights hash (verified), a preview grid and a tiny dataset (a smoke test)."""
+    weights hash (verified), a thermal source beside the rgb ones, preview grids (the thermal
+    one with the rows of its sensor only) and a tiny dataset (a smoke test)."""
     tmp = tmp_path_factory.mktemp("page")
     results = paper_like_results(tmp / "results")
+    add_thermal_source(results)
     for sub, extra in (("yolo11", {"metadata": META, "weights_sha256": WEIGHTS}),
                        ("rtdetr", {"metadata": {"date": "2023-04-17", "parameters": 32_000_000,
                                                 "paper": "javascript:alert(1)"}, "weights_sha256": WEIGHTS})):
@@ -122,6 +165,7 @@ def board(tmp_path_factory):
     rng = np.random.default_rng(7)
     frame = (rng.random((48, 64, 3)) * 200 + 20).astype(np.uint8)
     preview_grid(frame, preview / "sard_grid.png", cell=40)
+    preview_grid(frame, preview / f"{THERMAL_SOURCE}_grid.png", cell=40, corruptions=grid_corruptions(THERMAL))
     out = tmp / "leaderboard"
     build_leaderboard(results, tiny_manifest(tmp / "data", 3), out, evaluator_version=EV,
                       references=["yolo11", "rtdetr"], preview=preview, private=private)
@@ -135,8 +179,11 @@ def test_page_fits_and_explains_at_1400_and_400_px(board, page, tmp_path):
     wide = measure(site, page, 1400, tmp_path)
     assert wide["inner"] == 1400 and wide["scroll"] <= wide["inner"], wide["scroll"]
     narrow = measure(site, page, 400, tmp_path)
-    assert narrow["inner"] == 400
+    assert narrow["inner"] == 400 and narrow["scroll"] <= narrow["inner"], narrow["scroll"]
     for m in (wide, narrow):
+        # every figure whole on screen, its labels at no less than 3/4 of their size
+        bad = [f for f in m["figures"] if f["clipped"] or f["scale"] < 0.75]
+        assert not bad, (m["inner"], bad)
         assert m["tables"] > 0 and m["no_caption"] == 0 and m["th_no_scope"] == 0
         assert m["titles"] == 0  # nothing is said only on hover
         assert m["intervals"] and min(m["intervals"]) >= 12, min(m["intervals"])
@@ -145,6 +192,10 @@ def test_page_fits_and_explains_at_1400_and_400_px(board, page, tmp_path):
     assert not hidden, hidden[:3]  # the floor and where it happens, on screen at 400 px
     if page == "index.html":
         assert {"floor-sar-sard-recall", "floor-sar-heridal-recall"} <= {f["table"] for f in narrow["floors"]}
+        # a phone gets the severity curves one panel a row, fire spread's included
+        shown = {f["src"] for f in narrow["figures"]}
+        assert "curves-sar-sard-recall-narrow.svg" in shown and "curves-firespread-firespread-f1.svg" in shown
+        assert "curves-sar-sard-recall.svg" in {f["src"] for f in wide["figures"]}
         assert any(f["where"] == "low_light_s3" and f["floor"] == "0.000" for f in narrow["floors"])
     # display names only: no registered metric key (snake_case) in the visible text
     # (the registry's own one-line descriptions, formulas such as "brier - oracle_brier", aside)
@@ -154,6 +205,51 @@ def test_page_fits_and_explains_at_1400_and_400_px(board, page, tmp_path):
     raw = [n for n in REGISTRY.names() if "_" in n and re.search(rf"\b{n}\b", text)]
     assert not raw, raw
     assert "τ none" not in wide["text"] and "-0.000" not in wide["text"]
+
+
+def _heat_configs(page: str, table_id: str) -> list[str]:
+    table = page[page.index(f'id="{table_id}"'):]
+    return re.findall(r'<th [^>]*data-config="([^"]+)"', table[:table.index("</thead>")])
+
+
+def test_thermal_source_shows_only_the_conditions_built_for_it(board):
+    _, site = board
+    page = (site / "index.html").read_text()
+    built = ["clean"] + [f"{n}_s{k}" for n in grid_corruptions(THERMAL) for k in (1, 2, 3)]
+    assert _heat_configs(page, "heat-sar-hituav-recall") == built  # 10 columns, not 28
+    assert len(_heat_configs(page, "heat-sar-sard-recall")) == 28  # an rgb source keeps every condition
+    sec = _section(page, "sar-hituav")
+    notes = re.findall(r'<p class="sensor-note" id="not-built-sar-hituav">(.*?)</p>', sec, re.S)
+    assert len(notes) == 1 and notes[0].startswith("Not built for hituav (thermal sensor): 18 conditions")
+    assert "low_light (s1, s2, s3)" in notes[0] and "water_glare (s1, s2, s3)" in notes[0]
+    assert "motion_blur" not in notes[0] and "10 conditions built for its thermal sensor" in sec
+    assert "sensor-note" not in _section(page, "sar-sard")  # nothing to say for an rgb source
+    model = (site / "models" / "yolo11.html").read_text()
+    for text in (page, model, (site.parent / "README.md").read_text()):
+        assert NOT_PHYSICAL not in text  # no n/a cell, column or row anywhere: the note says it once
+    part = model[model.index("sar · hituav"):]
+    part = part[:part.index("</section>")]
+    assert part.count('class="sensor-note"') == 1 and re.findall(r"<tr><td><code>([^<]+)</code>", part) == built
+    svg = (site / "plots" / "curves-sar-hituav-recall.svg").read_text()
+    assert [n for n in grid_corruptions() if f"{n} · " in svg] == grid_corruptions(THERMAL)  # 3 panels, not 9
+    gallery = page[page.index('id="conditions"'):]
+    assert [n for n in grid_corruptions() if f'id="cond-hituav-{n}"' in gallery] == grid_corruptions(THERMAL)
+    assert gallery.count("Not built for hituav") == 1
+    md = (site.parent / "README.md").read_text()
+    md = md[md.index("## sar · hituav"):]
+    md = md[:md.index("\n## ", 5)]
+    assert md.count("> Not built for hituav (thermal sensor): 18 conditions") == 1 and "`low_light` (s1, s2, s3)" in md
+    recall = md[md.index("### Recall per condition"):]
+    recall = recall[:recall.index("\n\n", recall.index("| ---"))]
+    assert re.findall(r"^\| `([^`]+)`", recall, re.M) == built
+
+
+@needs_chromium
+def test_thermal_heat_map_fits_1400_px(board, tmp_path):
+    _, site = board
+    heat = {h["id"]: h for h in measure(site, "index.html", 1400, tmp_path)["heat"]}
+    assert heat["heat-sar-hituav-recall"]["columns"] == 10 and heat["heat-sar-hituav-recall"]["hidden"] == []
+    assert heat["heat-sar-sard-recall"]["hidden"]  # 28 conditions do not: that table scrolls
 
 
 def _section(text: str, anchor: str) -> str:

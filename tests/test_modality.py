@@ -1,12 +1,15 @@
 """Sensor modality: every corruption declares the sensors its physics holds for; a thermal
 source gets no split of a config that is not physical for it, the manifest and card say
-so ("n/a (not physical for thermal)"), and evaluate emits null rows noted with the reason.
+so ("n/a (not physical for thermal)"), and evaluate emits null rows noted with the reason;
+the preview grid, the leaderboard's heat maps, curves, gallery and Markdown show only the
+conditions built for each source, the others in one note per source.
 Also: a source without a clean val split (an older or external repo) is skipped with
 noted null rows, the other sources are scored; only a track with no val at all is refused."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -39,13 +42,17 @@ NOT_PHYSICAL = "not physical for thermal"
 
 
 def _params(tmp: Path, sources: dict, conditions=CONDITIONS, compound=COMPOUND) -> Params:
-    return Params.from_dict({
+    return Params.from_dict(_raw(tmp, sources, conditions, compound))
+
+
+def _raw(tmp: Path, sources: dict, conditions=CONDITIONS, compound=COMPOUND) -> dict:
+    return {
         "benchmark_version": "0.1.0",
         "paths": {"sources": str(tmp / "sources"), "dataset": str(tmp / "repo")},
         "build": {"rows_per_shard": 2, "conditions": list(conditions), "compound": list(compound)},
         "sources": {name: {"track": "sar", "kind": "synthetic_sar", "license": "mit", "modality": modality,
                            "options": SAR_OPTS} for name, modality in sources.items()},
-    })
+    }
 
 
 def _build(tmp: Path, sources: dict, **kw) -> Path:
@@ -214,3 +221,38 @@ def test_track_without_any_val_split_is_refused_in_one_line(mixed, tmp_path, cap
     assert rc == 2 and len(err.splitlines()) == 1
     assert "rgb_sar_val" in err and "thermal_sar_val" in err and "freeze a threshold" in err
     assert not (tmp_path / "results" / "gt").exists()
+
+
+# --------------------------------------------------------------- leaderboard
+
+
+def test_preview_and_leaderboard_show_only_conditions_built_for_the_sensor(mixed, tmp_path, capsys):
+    """Issue 33 item 3, end to end: preview --grid, evaluate, leaderboard --preview."""
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(_raw(mixed.parent, {"rgb_sar": "rgb", "thermal_sar": THERMAL})))
+    preview = tmp_path / "preview"
+    assert main(["preview", "--params", str(params), "--grid", "--cell", "32", "--out", str(preview)]) == 0
+    capsys.readouterr()
+    import cv2
+    rows = {s: (cv2.imread(str(preview / f"{s}_grid.png")).shape[0] - 22) // 34 for s in ("rgb_sar", "thermal_sar")}
+    assert rows == {"rgb_sar": len(C.names()), "thermal_sar": 3}  # no sun glint, low light or colour cast rows
+    index = DatasetIndex(mixed)
+    folder = write_submission(tmp_path / "gt", index, "sar", gt_table(index, "sar"))
+    evaluate_submission(folder, mixed, tmp_path / "results", FAST, verify=False)
+    lb = tmp_path / "lb"
+    assert main(["leaderboard", "--results", str(tmp_path / "results"), "--dataset", str(mixed), "--out", str(lb),
+                 "--preview", str(preview)]) == 0
+    page = (lb / "site" / "index.html").read_text()
+    heads = {s: re.findall(r'<th [^>]*data-config="([^"]+)"', page[page.index(f'id="heat-sar-{s}-recall"'):]
+                           .split("</thead>")[0]) for s in ("rgb_sar", "thermal_sar")}
+    assert heads == {"rgb_sar": ["clean", "motion_blur_s1", "low_light_s1", "motion_blur_s1__low_light_s1"],
+                     "thermal_sar": ["clean", "motion_blur_s1"]}
+    note = re.findall(r'id="not-built-sar-thermal_sar">([^<]+)<', page)
+    assert note == ["Not built for thermal_sar (thermal sensor): 2 conditions whose physics does not hold for it, "
+                    "so no column, panel or row here: low_light (s1); motion_blur_s1+low_light_s1."]
+    assert NOT_PHYSICAL not in page and 'id="not-built-sar-rgb_sar"' not in page
+    gallery = page[page.index('id="conditions"'):]
+    assert set(re.findall(r'id="cond-thermal_sar-([a-z_]+)"', gallery)) == {"motion_blur"}
+    assert set(re.findall(r'id="cond-rgb_sar-([a-z_]+)"', gallery)) == {"motion_blur", "low_light"}
+    md = (lb / "README.md").read_text()
+    assert NOT_PHYSICAL not in md and md.count("> Not built for thermal\\_sar (thermal sensor): 2 conditions") == 1

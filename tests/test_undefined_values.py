@@ -215,7 +215,9 @@ def _result(root: Path, sub: str, rows: list[tuple], note: bool = True) -> None:
         "dataset_digest": DIGEST, "evaluator_version": EV, "frozen_threshold": 0.5}))
 
 
-def test_not_physical_rows_render_with_their_reason(tmp_path):
+def test_not_physical_rows_are_one_note_per_source(tmp_path):
+    """Issue 33 item 3: a condition not built for the source's sensor is no row, column or
+    cell (not even an n/a one, nor another model's null cell of it): one note names it."""
     thermal = "not physical for thermal"
     _result(tmp_path / "results", "irnet", [
         ("clean", "recall", 0.8, 0.7, 0.9, None), ("low_light_s1", "recall", 0.6, 0.5, 0.7, None),
@@ -231,22 +233,25 @@ def test_not_physical_rows_render_with_their_reason(tmp_path):
                             metrics=tmp_path / "m.json", plots=tmp_path / "plots")
     assert rep.merged == ("irnet", "older") and not rep.skipped
     md = (tmp_path / "lb" / "README.md").read_text()
-    row = _table_row(md, "Recall per condition", "water_glare_s1")
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[3:] == [f"n/a ({thermal})", "n/a"]  # models alphabetical: irnet, older
-    assert f"n/a ({thermal})" in _table_row(md, "Precision per condition", "water_glare_s1")
+    note = "Not built for thermal\\_set (thermal sensor): 1 condition whose physics does not hold for it"
+    assert md.count(note) == 1 and "`water_glare` (s1)" in md and thermal not in md
+    for heading in ("Recall per condition", "Precision per condition"):
+        with pytest.raises(StopIteration):
+            _table_row(md, heading, "water_glare_s1")
     assert "⛔" in _table_row(md, "Precision per condition", "low_light_s1")  # a real 0 [0, 0] keeps its mark
     site = (tmp_path / "lb" / "site" / "index.html").read_text()
-    assert re.search(rf'data-config="water_glare_s1"[^>]*><span class="v">n/a</span>'
-                     rf'<span class="ci">\({thermal}\)</span>', site)  # the reason, visible without hover
+    assert 'data-config="water_glare_s1"' not in site and thermal not in site
+    assert re.search(r'<p class="sensor-note" id="not-built-sar-thermal_set">Not built for thermal_set '
+                     r'\(thermal sensor\): 1 condition [^<]*water_glare \(s1\)\.</p>', site)  # visible, no hover
     model_page = (tmp_path / "lb" / "site" / "models" / "irnet.html").read_text()
-    assert re.search(rf"<b>n/a</b> <small>\({thermal}\)</small>", model_page)
+    assert "water_glare_s1" not in model_page and model_page.count('class="sensor-note"') == 1
     doc = json.loads((tmp_path / "m.json").read_text())  # the compact `dvc metrics show` summary
     cond = doc["irnet"]["thermal_set"]["recall"]
     assert cond["floor_at"] == "low_light_s1" and cond["floor"] == 0.6  # the null cell is no floor
     assert "not physical" not in json.dumps(doc) and "NaN" not in (tmp_path / "m.json").read_text()
     assert rep.plots and all((tmp_path / "plots" / name).read_text().lstrip().startswith("<?xml")
-                             for name in rep.plots)
+                             for name in rep.plots if name.endswith(".svg"))
+    assert not any("water_glare" in name for name in rep.plots)  # not built: no curve
     long = pl.read_parquet(tmp_path / "lb" / "leaderboard.parquet")
     assert long.filter(pl.col("submission") == "older")["note"].null_count() == 2
     fam = pl.read_parquet(tmp_path / "lb" / "views" / "family_summary.parquet")

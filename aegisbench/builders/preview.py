@@ -2,8 +2,10 @@
 
 :func:`contact_sheet` writes a PNG grid of thumbnails with their boxes, for eyeballing a
 source; :func:`write_previews` writes one per source table and, with ``grid``, one frame
-under every corruption x severity (:func:`aegisbench.corruptions.preview.preview_grid`);
-:func:`preview_tables` finds the tables of a built repo's sources.
+under every corruption x severity built for the source's sensor
+(:func:`aegisbench.corruptions.preview.preview_grid`: a thermal source gets no row of a
+visible-band corruption); :func:`preview_tables` finds the tables of a built repo's sources
+and :func:`source_modalities` their sensors.
 
 >>> import tempfile, pathlib, numpy as np
 >>> from aegisbench.builders.source_table import SourceRecord
@@ -31,7 +33,7 @@ from aegisbench.builders.manifest import MANIFEST, load_manifest
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.params import Params
-from aegisbench.vocab import DETECTION_TRACKS
+from aegisbench.vocab import DETECTION_TRACKS, RGB
 
 log = logging.getLogger(__name__)
 
@@ -117,17 +119,29 @@ def preview_tables(params: Params, dataset: str | Path | None = None) -> dict[st
     return tables
 
 
+def source_modalities(params: Params | None, dataset: str | Path | None = None) -> dict[str, str]:
+    """``name -> sensor modality`` of the sources :func:`preview_tables` finds: the dataset
+    repo's manifest (``dataset``, or ``paths.dataset`` when a repo is built there), else
+    ``params.yaml``'s sources (none without params: every source is taken as rgb)."""
+    repo = Path(dataset) if dataset is not None else Path(params.dataset_dir) if params is not None else None
+    if repo is not None and (repo / MANIFEST).is_file():
+        return {n: s.get("modality") or RGB for n, s in load_manifest(repo)["sources"].items()}
+    return {s.name: s.modality for s in params.sources} if params is not None else {}
+
+
 def write_previews(tables: dict[str, str | Path], out_dir: str | Path, *, version: str, split: str = "test",
                    grid: bool = False, image_id: str | None = None, geometry: str = "frame",
-                   table=None, cell: int = 200) -> list[Path]:
+                   table=None, cell: int = 200, modalities: dict[str, str] | None = None) -> list[Path]:
     """``<out_dir>/<name>.png``: the contact sheet of up to 36 ``split`` images of each source
     table (``tables``: name -> path; a source with no such image is skipped with a warning).
     With ``grid``, also ``<name>_grid.png``: one frame (the first of the split, or
     ``image_id`` from any split) under every corruption and severity of the severity
     ``table`` (default: the built-in one), seeded by (``version``, source, image id) as the
-    build is. An ``image_id`` found in no table is BadInput. Returns the files written.
+    build is; only the corruptions built for the source's sensor (``modalities``: name ->
+    modality, default rgb) have a row. An ``image_id`` found in no table is BadInput.
+    Returns the files written.
     """
-    from aegisbench.corruptions.preview import preview_grid
+    from aegisbench.corruptions.preview import grid_corruptions, preview_grid
 
     check_int(cell, "cell", lo=16, error=BadInput, where="--cell")
     out_dir = Path(out_dir)
@@ -147,7 +161,8 @@ def write_previews(tables: dict[str, str | Path], out_dir: str | Path, *, versio
         found = True
         written.append(out_dir / f"{name}_grid.png")
         preview_grid(rec.image(), written[-1], key=(version, rec.source, rec.image_id), boxes=rec.boxes,
-                     geometry=geometry, table=table, cell=cell)
+                     geometry=geometry, table=table, cell=cell,
+                     corruptions=grid_corruptions((modalities or {}).get(name, RGB)))
     if grid and image_id is not None and not found:
         raise BadInput(f"image id {image_id!r} not found", where=", ".join(str(p) for p in tables.values()))
     return written

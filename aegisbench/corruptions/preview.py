@@ -1,6 +1,7 @@
 """Preview grid: one frame under every corruption and severity, as one PNG.
 
-Rows are corruptions (registry order), columns are clean, s1, s2, s3. Corruptions
+Rows are corruptions (registry order; for a source of one sensor, only those whose physics
+holds for it: :func:`grid_corruptions`), columns are clean, s1, s2, s3. Corruptions
 are applied at full resolution (so pixel-unit parameters scale as in the dataset)
 and each tile is then shrunk to ``cell`` px on its longer side.
 
@@ -10,6 +11,8 @@ and each tile is then shrunk to ``cell`` px on its longer side.
 >>> grid = preview_grid(img, out, cell=32, corruptions=["smoke_haze", "low_light"])
 >>> out.exists(), grid.shape[2]
 (True, 3)
+>>> grid_corruptions("thermal")
+['inundation', 'rain_streaks', 'motion_blur']
 """
 
 from __future__ import annotations
@@ -24,9 +27,17 @@ from aegisbench.corruptions.conditions import apply_condition
 from aegisbench.corruptions.optics import check_image
 from aegisbench.corruptions.registry import SEVERITIES, SeverityTable, get_spec, names
 from aegisbench.hashing import pixel_sha256
-from aegisbench.vocab import CLEAN, corruption_config, severity_key
+from aegisbench.vocab import CLEAN, MODALITIES, corruption_config, severity_key
 
 _FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+def grid_corruptions(modality: str | None = None) -> list[str]:
+    """The rows of a preview grid: every corruption (registry order), or with ``modality``
+    (:data:`aegisbench.vocab.MODALITIES`) those built for a source of that sensor."""
+    if modality is not None and modality not in MODALITIES:
+        raise ValueError(f"modality must be one of {MODALITIES}, got {modality!r}")
+    return [n for n in names() if modality is None or modality in get_spec(n).modalities]
 
 
 def _tile(image: np.ndarray, cell: int) -> np.ndarray:

@@ -4,7 +4,8 @@ statistic, and its F2R-vs-F2S finding (Figs. 6-7) as a table stratified by Var[Z
 * ``sd_zt.csv`` / ``sd_zt.png``: ``E[Z_t]`` and ``SD[Z_t]`` (unburnt trees) of every test
   initial condition and S-Level, from the statistic (held-out realizations excluded). The
   figure draws SD[Z_t] over t per S-Level (mean over initial conditions, red at S = 0 to
-  black at S = 50) and, beside it, max over t of SD[Z_t] against the S-Level.
+  black at S = 50) and, beside it, max over t of SD[Z_t] against the S-Level (the page
+  also gets the two panels stacked, 420 px wide, for a phone: ``figure_narrow``).
 * ``f2r_vs_f2s.csv``: for every fire-spread result, the all-frames cells pooled over the
   S-Levels (``strata.parquet`` of the evaluator), per ``Var[Z_t]`` stratum: F2R (F1,
   precision, recall, AP, AUC-PR) beside F2S (Brier, ECE and its finite-sample floor) and
@@ -63,6 +64,7 @@ class FirespreadReport:
     sd_zt: pl.DataFrame        # s_level, initial_condition, t, z_mean, sd_z
     strata: pl.DataFrame       # submission, stratum, metric, value, lo, hi, n
     figure: bytes              # PNG of Fig. 3
+    figure_narrow: bytes = b""  # the same, panels stacked (what a 400 px screen shows at full size)
 
     def files(self) -> dict[str, bytes]:
         return {"sd_zt.csv": _csv(self.sd_zt), "sd_zt.png": self.figure,
@@ -100,8 +102,9 @@ def max_sd_by_level(sd_zt: pl.DataFrame) -> pl.DataFrame:
                                            pl.col("max_sd").max().alias("hi")).sort("s_level"))
 
 
-def fig3_png(sd_zt: pl.DataFrame) -> bytes:
-    """Seed 003 Fig. 3 from the statistic: SD[Z_t] over t per S-Level, and max_t SD[Z_t]."""
+def fig3_png(sd_zt: pl.DataFrame, narrow: bool = False) -> bytes:
+    """Seed 003 Fig. 3 from the statistic: SD[Z_t] over t per S-Level, and max_t SD[Z_t]
+    (``narrow``: stacked, 4.2 in wide, instead of side by side)."""
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -109,8 +112,9 @@ def fig3_png(sd_zt: pl.DataFrame) -> bytes:
     t_end = int(sd_zt["t"].max()) if sd_zt.height else 0
     with matplotlib.rc_context({"font.family": "DejaVu Sans", "font.size": 9, "axes.spines.top": False,
                                 "axes.spines.right": False}):
-        fig = Figure(figsize=(9.5, 3.6), dpi=100)
-        ax, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1], "wspace": 0.28})
+        fig = Figure(figsize=(4.2, 6.4) if narrow else (9.5, 3.6), dpi=100)
+        ax, ax2 = (fig.subplots(2, 1, gridspec_kw={"height_ratios": [1.3, 1], "hspace": 0.45}) if narrow else
+                   fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1], "wspace": 0.28}))
         for i, s in enumerate(levels):
             series = []
             for _, d in sorted(sd_zt.filter(pl.col("s_level") == s).group_by("initial_condition")):
@@ -121,7 +125,8 @@ def fig3_png(sd_zt: pl.DataFrame) -> bytes:
                     linewidth=1.4, label=f"S{s}")
         ax.set_xlabel("frame t")
         ax.set_ylabel("SD[Z_t] (unburnt trees)")
-        ax.set_title("SD[Z_t] over t per S-Level (mean over test initial conditions)", fontsize=9)
+        ax.set_title("SD[Z_t] over t per S-Level\n(mean over test initial conditions)" if narrow else
+                     "SD[Z_t] over t per S-Level (mean over test initial conditions)", fontsize=9)
         ax.legend(fontsize=7, ncol=2, frameon=False)
         ax.grid(color="#e5e5e5", linewidth=0.6)
         m = max_sd_by_level(sd_zt)
@@ -132,7 +137,8 @@ def fig3_png(sd_zt: pl.DataFrame) -> bytes:
         ax2.set_ylabel("max over t of SD[Z_t]")
         ax2.set_title("max over t (band: range over ICs)", fontsize=9)
         ax2.grid(color="#e5e5e5", linewidth=0.6)
-        fig.subplots_adjust(left=0.07, right=0.98, bottom=0.14, top=0.9)
+        fig.subplots_adjust(**({"left": 0.17, "right": 0.96, "bottom": 0.08, "top": 0.92} if narrow else
+                               {"left": 0.07, "right": 0.98, "bottom": 0.14, "top": 0.9}))
         buf = io.BytesIO()
         fig.savefig(buf, format="png", metadata={"Software": None})
     return buf.getvalue()
@@ -169,7 +175,8 @@ def build_report(dataset: str | Path, results: str | Path | Mapping[str, Path], 
                  manifest: dict | None = None
                  ) -> FirespreadReport:
     sd = sd_zt_table(dataset, manifest)
-    return FirespreadReport(sd_zt=sd, strata=strata_table(results, submissions), figure=fig3_png(sd))
+    return FirespreadReport(sd_zt=sd, strata=strata_table(results, submissions), figure=fig3_png(sd),
+                            figure_narrow=fig3_png(sd, narrow=True))
 
 
 def _cell(row: dict | None) -> str:

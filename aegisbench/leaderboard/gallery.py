@@ -1,13 +1,16 @@
 """The condition gallery of the leaderboard page: what each condition looks like and what
 it models.
 
-For every corruption: one thumbnail per severity (and the clean frame) of the same frame,
-cut from the ``preview`` stage's corruption grid (``<preview>/<source>_grid.png``, written
-by :func:`aegisbench.corruptions.preview.preview_grid`: a header row, then one row per
-corruption in registry order, columns clean, s1, s2, s3), its physical model (the
-registry's summary and the docstring of its function) and the declared statistic with
-its target and the fitted parameter at each severity. A grid whose size does not match
-that layout is refused (BadInput naming it): it was not written by this code.
+For every corruption built for a source: one thumbnail per severity (and the clean frame)
+of the same frame, cut from the ``preview`` stage's corruption grid
+(``<preview>/<source>_grid.png``, written by :func:`aegisbench.corruptions.preview.preview_grid`:
+a header row, then one row per corruption in registry order, of every corruption or of those
+built for the source's sensor (:func:`~aegisbench.corruptions.preview.grid_corruptions`),
+columns clean, s1, s2, s3), its physical model (the registry's summary and the docstring of
+its function) and the declared statistic with its target and the fitted parameter at each
+severity. A corruption not built for the source's sensor has no row (the source's note on
+the page names it). A grid whose size matches none of those layouts is refused (BadInput
+naming it): it was not written by this code.
 
 >>> describe("low_light")["ladder"][0]["target"]
 '0.2355'
@@ -23,9 +26,10 @@ import numpy as np
 
 from aegisbench.atomic import atomic_write_bytes
 from aegisbench.builders.card import corruption_model_text
-from aegisbench.corruptions.registry import SEVERITIES, get_spec, names
+from aegisbench.corruptions.preview import grid_corruptions
+from aegisbench.corruptions.registry import SEVERITIES, get_spec
 from aegisbench.errors import BadInput
-from aegisbench.vocab import CLEAN, severity_key
+from aegisbench.vocab import CLEAN, MODALITIES, severity_key
 
 log = logging.getLogger(__name__)
 # the layout of preview_grid: label column, header row, gap before every tile
@@ -45,8 +49,9 @@ def describe(name: str) -> dict:
             "ladder": ladder, "sensors": ", ".join(spec.modalities), "sensor_note": spec.modality_note.rstrip(".")}
 
 
-def grid_tiles(path: Path) -> dict[str, list[np.ndarray]]:
-    """corruption -> [clean, s1, s2, s3] tiles (BGR) cut from one preview grid."""
+def grid_tiles(path: Path, sensor: str | None = None) -> dict[str, list[np.ndarray]]:
+    """corruption -> [clean, s1, s2, s3] tiles (BGR) cut from one preview grid: of the
+    corruptions built for ``sensor`` (tried first), for another sensor, or of all."""
     img = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if img is None:
         raise BadInput("not a readable PNG", where=str(path))
@@ -54,9 +59,11 @@ def grid_tiles(path: Path) -> dict[str, list[np.ndarray]]:
     cols = 1 + len(SEVERITIES)
     cell, rest = divmod(w - LABEL_W, cols)
     cell -= GAP
-    rows = names()
-    if rest or cell < 8 or h != LABEL_H + len(rows) * (cell + GAP):
-        raise BadInput(f"a {w}x{h} image is not a preview grid of {len(rows)} corruptions x {cols} columns "
+    layouts = [grid_corruptions(m) for m in ([sensor] if sensor in MODALITIES else []) + list(MODALITIES)]
+    rows = next((r for r in layouts + [grid_corruptions()] if h == LABEL_H + len(r) * (cell + GAP)), None)
+    if rest or cell < 8 or rows is None:
+        counts = " or ".join(str(n) for n in sorted({len(r) for r in layouts + [grid_corruptions()]}))
+        raise BadInput(f"a {w}x{h} image is not a preview grid of {counts} corruptions x {cols} columns "
                        "(aegisbench preview --grid)", where=str(path))
     out = {}
     for i, name in enumerate(rows):
@@ -66,9 +73,12 @@ def grid_tiles(path: Path) -> dict[str, list[np.ndarray]]:
     return out
 
 
-def gallery_view(preview: str | Path | None, out: Path, used: set[str], written: list[Path]) -> dict | None:
-    """Write the thumbnails of the corruptions in ``used`` under ``out/gallery/`` and return
-    the gallery's view (None without a preview folder or a grid in it)."""
+def gallery_view(preview: str | Path | None, out: Path, built: dict[str, set[str]], written: list[Path],
+                 sensors: dict[str, str] | None = None) -> dict | None:
+    """Write the thumbnails of each source's corruptions under ``out/gallery/`` and return the
+    gallery's view (None without a preview folder or a grid in it). ``built``: source -> the
+    corruptions built for it (a source not in it, or with none: every row of its grid); ``sensors``:
+    source -> its sensor, where known (which grid layout to try first)."""
     if preview is None:
         return None
     preview = Path(preview)
@@ -78,13 +88,12 @@ def gallery_view(preview: str | Path | None, out: Path, used: set[str], written:
     if not grids:
         log.warning("%s holds no *%s: no condition gallery", preview, GRID_SUFFIX)
         return None
-    chosen = [n for n in names() if n in used] or names()
     sources = []
     for grid in grids:
         source = grid.name[:-len(GRID_SUFFIX)]
-        tiles = grid_tiles(grid)
+        tiles = grid_tiles(grid, (sensors or {}).get(source))
         rows = []
-        for name in chosen:
+        for name in [n for n in tiles if not built.get(source) or n in built[source]]:
             thumbs = []
             for label, tile in zip((CLEAN, *(severity_key(s) for s in SEVERITIES)), tiles[name]):
                 rel = f"gallery/{source}-{CLEAN if label == CLEAN else f'{name}_{label}'}.png"

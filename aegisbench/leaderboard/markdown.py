@@ -18,6 +18,7 @@ import html
 import re
 
 from aegisbench.leaderboard.aggregate import Board
+from aegisbench.leaderboard.sensor import not_built_text
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
                                            floor_rows, fmt_interval, fmt_value, glossary, is_collapse, label,
@@ -93,6 +94,9 @@ def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
 
 def _section(board: Board, section: Section) -> list[str]:
     out = [f"## {md_escape(section.track)} · {md_escape(section.source)}", ""]
+    if section.not_built:  # one note, never a row per condition (nor an n/a column)
+        out += [f"> {not_built_text(md_escape(section.source), md_escape(section.sensor or ''), section.not_built, md_code)}",
+                ""]
     main = primary_metric(section)
     floors = floor_rows(board, section, main) if main else {}
     rows = []
@@ -239,7 +243,8 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
            f"{SILENT} silent failure flagged by the evaluator (detections vanish without a sign: recall "
            "at most half of clean, survivors on target, false positives per image not above clean's). "
            "n/a (reason): no value, never 0 — `0/0` an undefined ratio (e.g. precision without a single "
-           "kept detection), `not physical for <sensor>` a corruption not built for the source's sensor.", ""]
+           "kept detection). Conditions not built for a source's sensor (a thermal camera has no sun glint) "
+           "have no row: one note under the source's heading lists them.", ""]
     if smoke_test(board):
         out[2:2] = [f"> **Smoke test.** {md_escape(smoke_test(board))}", ""]
     if board.references:

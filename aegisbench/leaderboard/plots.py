@@ -17,7 +17,10 @@ import re
 import matplotlib
 from matplotlib.figure import Figure
 
-from aegisbench.leaderboard.tables import REFERENCE_MARK, Section, fixed_scale, is_collapse, label
+from pathlib import Path
+
+from aegisbench.atomic import atomic_write_bytes
+from aegisbench.leaderboard.tables import REFERENCE_MARK, Section, fixed_scale, is_collapse, label, slug
 from aegisbench.vocab import CLEAN
 
 RC = {"svg.hashsalt": "aegisbench-leaderboard", "svg.fonttype": "none", "font.family": "DejaVu Sans",
@@ -44,15 +47,22 @@ def tick_label(cond: dict) -> str:
     return m.group(1) if m else cond["config"]
 
 
-def severity_curves_svg(section: Section, metric: str) -> bytes | None:
-    """Small multiples of metric vs severity per corruption; None if there is nothing to draw."""
+def curve_keys(section: Section) -> list[str]:
+    """The panels of a section's severity curves: one per corruption built for its source."""
     keys: list[str] = []
     for c in section.conditions:
         if c["config"] != CLEAN and series_key(c) not in keys:
             keys.append(series_key(c))
+    return keys
+
+
+def severity_curves_svg(section: Section, metric: str, max_cols: int = 5) -> bytes | None:
+    """Small multiples of metric vs severity per corruption, at most ``max_cols`` panels a
+    row (3 in each: 1 fits a phone); None if there is nothing to draw."""
+    keys = curve_keys(section)
     if not keys or metric not in section.metrics:
         return None
-    ncols = min(5, len(keys))
+    ncols = min(max_cols, len(keys))
     nrows = math.ceil(len(keys) / ncols)
     with matplotlib.rc_context(RC):
         legend_rows = math.ceil(len(section.models) / max(1, min(4, int(3.0 * ncols / 2.2))))
@@ -78,6 +88,27 @@ def severity_curves_svg(section: Section, metric: str) -> bytes | None:
         buf = io.BytesIO()
         fig.savefig(buf, format="svg", metadata={"Date": None})
     return buf.getvalue()
+
+
+def write_curves(section: Section, metrics, out: Path, written: list[Path]) -> dict:
+    """Write the severity curves of ``section`` for each of ``metrics`` under ``out/plots/``:
+    ``curves-<anchor>-<metric>.svg`` (up to 5 panels a row) and, when that has more than one
+    panel a row, ``...-narrow.svg`` with one (what a 400 px screen shows at full size).
+    Returns ``{(anchor, metric): {"wide": name, "narrow": name or ""}}``."""
+    found = {}
+    variants = (("wide", 5, ""), ("narrow", 1, "-narrow")) if len(curve_keys(section)) > 1 else (("wide", 5, ""),)
+    for metric in metrics:
+        names = {"narrow": ""}
+        for variant, cols, suffix in variants:
+            svg = severity_curves_svg(section, metric, max_cols=cols)
+            if svg is None:
+                break
+            names[variant] = f"plots/curves-{section.anchor}-{slug(metric)}{suffix}.svg"
+            atomic_write_bytes(out / names[variant], svg)
+            written.append(out / names[variant])
+        if "wide" in names:
+            found[(section.anchor, metric)] = names
+    return found
 
 
 def _panel(ax, section: Section, key: str, metric: str, handles: dict, ylabel: bool) -> None:

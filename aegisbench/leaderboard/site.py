@@ -23,7 +23,8 @@ import aegisbench
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
 from aegisbench.leaderboard.gallery import gallery_view
-from aegisbench.leaderboard.plots import series_key, severity_curves_svg
+from aegisbench.leaderboard.plots import series_key, write_curves
+from aegisbench.leaderboard.sensor import not_built_view
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
                                            better, description, family_cells, floor_rows, fmt_interval, fmt_value,
@@ -181,7 +182,7 @@ def section_view(board: Board, section: Section, plots: dict) -> dict:
             "detection": section.track != FIRESPREAD,
             "columns": heat_columns(list(section.conditions), first_col=1 + has_threshold(section)),
             "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section),
-            "strata": strata_tables(board, section)}
+            "strata": strata_tables(board, section), "not_built": not_built_view(section)}
 
 
 def has_threshold(section: Section) -> bool:
@@ -277,7 +278,7 @@ def _model_view(board: Board, secs: list[Section], sub: str) -> dict:
                 cells.append(cell)
             table.append({"c": c, "cells": cells})
         floors = {metric: floor_rows(board, section, metric).get(sub) for metric in metrics}
-        parts.append({"s": section, "m": row, "thr": has_threshold(section),
+        parts.append({"s": section, "m": row, "thr": has_threshold(section), "not_built": not_built_view(section),
                       "metrics": [{"metric": m, "label": label(m, section.track), "heading": heading(m, section.track),
                                    "description": description(m)} for m in metrics],
                       "table": table, "floors": [{"label": heading(k, section.track), "floor": fmt_value(k, v["floor"]),
@@ -305,12 +306,16 @@ def _firespread_view(report, out: Path, written: list[Path]) -> dict | None:
     if report is None:
         return None
     from aegisbench.firespread.report import max_sd_by_level, table_views
-    name = "plots/firespread-sd_zt.png"
-    atomic_write_bytes(out / name, report.figure)
-    written.append(out / name)
+    figures = {"figure": "plots/firespread-sd_zt.png", "figure_narrow": "plots/firespread-sd_zt-narrow.png"}
+    for key, name in figures.items():
+        if getattr(report, key):  # the narrow one: stacked panels, for a phone
+            atomic_write_bytes(out / name, getattr(report, key))
+            written.append(out / name)
+        else:
+            figures[key] = ""
     peaks = [{"s": r["s_level"], "mean": f"{r['mean']:.1f}", "range": f"{r['lo']:.1f}–{r['hi']:.1f}"}
              for r in max_sd_by_level(report.sd_zt).iter_rows(named=True)]
-    return {"figure": name, "peaks": peaks, "tables": table_views(report)}
+    return {**figures, "peaks": peaks, "tables": table_views(report)}
 
 
 def render_site(board: Board, out: str | Path, firespread=None, preview: str | Path | None = None) -> list[Path]:
@@ -323,22 +328,18 @@ def render_site(board: Board, out: str | Path, firespread=None, preview: str | P
     written: list[Path] = []
     plots = {}
     for section in secs:
-        for metric in [m for _, ms in section.heat_groups() for m in ms
-                       if m in CURVES and (m != "f1" or section.track == FIRESPREAD)]:
-            svg = severity_curves_svg(section, metric)
-            if svg is not None:
-                name = f"plots/curves-{section.anchor}-{slug(metric)}.svg"
-                atomic_write_bytes(out / name, svg)
-                written.append(out / name)
-                plots[(section.anchor, metric)] = name
+        plots |= write_curves(section, [m for _, ms in section.heat_groups() for m in ms
+                                        if m in CURVES and (m != "f1" or section.track == FIRESPREAD)], out, written)
     views = [section_view(board, s, plots) for s in secs]
     fs_view = _firespread_view(firespread, out, written)
     for v in views:
         v[FIRESPREAD] = fs_view if v["s"].track == FIRESPREAD else None
     metrics_css = [(v["anchor"], g["index"], p["slug"], i == 0)
                    for v in views for g in v["groups"] for i, p in enumerate(g["panels"])]
-    used = set(board.long.filter(pl.col("corruption").is_not_null())["corruption"].unique().to_list())
-    gallery = gallery_view(preview, out, used, written)
+    built: dict[str, set[str]] = {}  # source -> the corruptions built for it (the gallery shows those)
+    for section in secs:
+        built.setdefault(section.source, set()).update(c["corruption"] for c in section.conditions if c["corruption"])
+    gallery = gallery_view(preview, out, built, written, {s.source: s.sensor for s in secs if s.sensor})
     common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
               "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK,
               "smoke_test": smoke_test(board), "status_note": STATUS_NOTE, "release": release(board)}

@@ -187,6 +187,10 @@ class Section:
     conditions: tuple[dict, ...]
     metrics: tuple[str, ...]
     cells: dict = field(repr=False)
+    # conditions of the track not built for this source's sensor (noted "not physical for <sensor>"
+    # by the evaluator): never a column, a row or a panel, one note per source (``sensor``)
+    not_built: tuple[dict, ...] = ()
+    sensor: str | None = None
 
     @property
     def anchor(self) -> str:
@@ -284,9 +288,29 @@ def sections(board: Board) -> list[Section]:
                     "value": r["relative_drop"], "lo": None, "hi": None, "n": None, "note": None}
             if drops.height:
                 metrics.add("relative_drop_recall")
-        out.append(Section(track, source, tuple(models), tuple(conditions(long, track, source)),
-                           tuple(sorted(metrics)), cells))
+        built, skipped, sensor = split_not_built(part, conditions(long, track, source))
+        out.append(Section(track, source, tuple(models), tuple(built), tuple(sorted(metrics)), cells,
+                           tuple(skipped), sensor))
     return out
+
+
+# the evaluator's note on a condition not built for a source's sensor (evaluation.detection.not_physical_note)
+NOT_PHYSICAL = re.compile(r"not physical for (\S+)")
+
+
+def split_not_built(part: pl.DataFrame, conds: list[dict]) -> tuple[list[dict], list[dict], str | None]:
+    """``(built, not_built, sensor)`` of one section's conditions: a condition is not built when
+    its rows hold no value and a note says ``not physical for <sensor>``."""
+    if part.height == 0 or "note" not in part.columns:
+        return conds, [], None
+    found = (part.group_by("config").agg(pl.col("value").is_not_null().any().alias("scored"),
+                                         pl.col("note").str.extract(f"^{NOT_PHYSICAL.pattern}$").drop_nulls()
+                                         .first().alias("sensor"))
+             .filter(~pl.col("scored") & pl.col("sensor").is_not_null()))
+    skip = dict(found.select("config", "sensor").iter_rows())
+    sensors = sorted(set(skip.values()))
+    return ([c for c in conds if c["config"] not in skip], [c for c in conds if c["config"] in skip],
+            ", ".join(sensors) or None)
 
 
 def family_cells(board: Board, section: Section, metric: str) -> dict:
