@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 
+import cv2
 import numpy as np
 import pytest
 import yaml
@@ -24,14 +25,27 @@ def sample() -> dict[str, np.ndarray]:
 
 
 def test_default_ladders_are_monotone_and_report_serialises(sample):
-    report = C.calibrate(sample)
-    assert report.ok and report.failures() == []
+    report = C.calibrate(sample, measured_on={"sources": ["demo"]})
+    assert report.monotone and report.failures() == []
     assert set(report.ladders) == set(C.names())
     assert report.sample_ids == tuple(sample)
     doc = json.loads(json.dumps(report.to_dict()))
+    def keys(x):
+        return set(x) | {k for v in x.values() if isinstance(v, dict) for k in keys(v)} if isinstance(x, dict) else set()
+    assert "ok" not in keys(doc)  # never one ok for two verdicts
+    assert doc["measured_on"] == {"frames": 3, "sources": ["demo"]} and doc["tolerance"] == 0.02
+    assert doc["monotone"] is True and doc["cells"] == 27
     lad = doc["corruptions"]["smoke_haze"]
-    assert lad["monotone"] and lad["statistic"] == "rms_contrast"
-    assert lad["severities"]["s1"]["mean"] > lad["severities"]["s3"]["mean"]
+    assert lad["monotone"] and lad["statistic"] == "rms_contrast" and lad["target_source"].startswith("HERIDAL")
+    assert doc["corruptions"]["rain_streaks"]["target_source"].startswith("AegisBench's own")
+    s1 = lad["severities"]["s1"]
+    assert lad["severities"]["s1"]["measured"] > lad["severities"]["s3"]["measured"]
+    # the difference in % and the per-cell verdict, derived again from the numbers
+    assert s1["diff_pct"] == pytest.approx(100 * (s1["measured"] - s1["target"]) / s1["target"])
+    assert s1["on_target"] == (abs(s1["diff_pct"]) <= 2.0)
+    ons = [s["on_target"] for c in doc["corruptions"].values() for s in c["severities"].values()]
+    assert doc["cells_on_target"] == sum(ons) and doc["on_target"] == all(ons)
+    assert lad["on_target"] == all(s["on_target"] for s in lad["severities"].values())
 
 
 def test_list_input_is_keyed_by_pixel_hash(sample):
@@ -47,7 +61,7 @@ def test_non_monotone_ladder_is_reported(sample):
     s1, s3 = table.params("smoke_haze", 1), table.params("smoke_haze", 3)
     swapped = table.with_params("smoke_haze", 1, s3).with_params("smoke_haze", 3, s1)
     report = C.calibrate(sample, ["smoke_haze", "low_light"], table=swapped)
-    assert not report.ok
+    assert not report.monotone
     assert not report.ladders["smoke_haze"].monotone and report.ladders["low_light"].monotone
     assert any(f.startswith("smoke_haze") for f in report.failures())
 
@@ -61,7 +75,7 @@ def test_fit_hits_targets_within_two_percent(name, sample):
     lad = report.ladders[name]
     assert lad.fitted and all(lad.within_tolerance), lad.messages
     assert max(lad.rel_errors) <= 0.02
-    assert report.ok
+    assert report.monotone and report.on_target and lad.passed
     values = [lad.params[s][lad.fit_param] for s in (1, 2, 3)]
     assert values[0] < values[1] < values[2]
     # the fitted table reproduces the means
@@ -73,7 +87,7 @@ def test_unreachable_target_is_reported():
     flat = {"flat": np.full((64, 64, 3), 128, np.uint8)}  # Sobel is 0 at every blur length
     report = C.calibrate(flat, ["motion_blur"], fit=True)
     lad = report.ladders["motion_blur"]
-    assert not report.ok and not any(lad.within_tolerance)
+    assert not lad.passed and not report.on_target and not any(lad.within_tolerance)
     assert len(lad.messages) == 3
     for s, m in zip((1, 2, 3), lad.messages):
         assert m.startswith(f"s{s}: target mean_sobel") and "unreachable" in m
@@ -276,7 +290,10 @@ def test_cli_calibrate_writes_metrics_and_table(tmp_path, source_table):
                                  "--out", str(out), "--metrics", str(metrics)])
     assert args.func(args) == 0
     doc = json.loads(metrics.read_text())
-    assert doc["ok"] and doc["sample_size"] == 3 and set(doc["corruptions"]) == {"low_light", "smoke_haze"}
+    assert doc["monotone"] and doc["on_target"] and doc["sample_size"] == 3
+    assert set(doc["corruptions"]) == {"low_light", "smoke_haze"}
+    assert doc["measured_on"] == {"frames": 3, "source_table": "source.parquet", "sources": ["synthetic_sar"],
+                                  "splits": "all"}
     assert all(i.startswith("synthetic_sar/") for i in doc["sample_ids"])
     table = C.load_table(out)
     assert table.params("low_light", 3).stops != C.default_table().params("low_light", 3).stops
@@ -323,3 +340,37 @@ def test_params_dataclasses_are_frozen():
     p = C.default_table().params("smoke_haze", 1)
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.optical_depth = 3.0
+
+
+# ---------------------------------------------------------------- the reference's definitions
+def _reference_luma(img: np.ndarray) -> np.ndarray:
+    """Luma as the reference release writes it, pixel by pixel in plain Python floats."""
+    h, w, _ = img.shape
+    return np.array([[0.299 * (int(img[y, x, 0]) / 255) + 0.587 * (int(img[y, x, 1]) / 255)
+                      + 0.114 * (int(img[y, x, 2]) / 255) for x in range(w)] for y in range(h)])
+
+
+def test_saturated_and_occluded_fractions_follow_the_reference_definitions():
+    """saturated_fraction = share of luma > 0.94 and occluded_fraction = share of |d luma| > 0.08
+    on unrounded luma of the [0, 1] image, derived again pixel by pixel; the former definitions
+    (8-bit luma >= 250, mean |dRGB|) give other values on the same frames."""
+    from aegisbench.corruptions.statistics import occluded_fraction, saturated_fraction
+
+    rng = np.random.default_rng(7)
+    for k in range(4):
+        img = rng.integers(200, 256, (24, 31, 3), dtype=np.uint8)
+        other = np.clip(img.astype(int) + rng.integers(-40, 41, img.shape), 0, 255).astype(np.uint8)
+        want_sat = float(np.mean(_reference_luma(img) > 0.94))
+        want_occ = float(np.mean(np.abs(_reference_luma(other) - _reference_luma(img)) > 0.08))
+        assert saturated_fraction(img) == want_sat and occluded_fraction(other, img) == want_occ
+    assert saturated_fraction(img) != float(np.mean(cv2.cvtColor(img, cv2.COLOR_RGB2GRAY) >= 250))
+    hue = np.zeros((1, 2, 3), np.uint8)
+    hue[0, 0] = (255, 0, 0)  # luma 0.299
+    swap = hue.copy()
+    swap[0, 0] = (0, 130, 0)  # luma 0.299 too: a change of colour at equal luma
+    assert occluded_fraction(swap, hue) == 0.0
+
+
+def test_motion_blur_kernels_are_the_reference_release_s():
+    lengths = [R.get_spec("motion_blur").severities[s].length for s in (1, 2, 3)]
+    assert lengths == [9.0, 17.0, 25.0]  # px per 1000 px (reference configs/corruptions.yaml)

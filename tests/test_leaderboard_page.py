@@ -166,9 +166,13 @@ def board(tmp_path_factory):
     frame = (rng.random((48, 64, 3)) * 200 + 20).astype(np.uint8)
     preview_grid(frame, preview / "sard_grid.png", cell=40)
     preview_grid(frame, preview / f"{THERMAL_SOURCE}_grid.png", cell=40, corruptions=grid_corruptions(THERMAL))
+    from aegisbench.corruptions.calibrate import calibrate
+    report = calibrate({"f": frame}, measured_on={"sources": ["sard"], "splits": ["test"]})
+    (tmp / "report.json").write_text(json.dumps(report.to_dict()))
     out = tmp / "leaderboard"
     build_leaderboard(results, tiny_manifest(tmp / "data", 3), out, evaluator_version=EV,
-                      references=["yolo11", "rtdetr"], preview=preview, private=private)
+                      references=["yolo11", "rtdetr"], preview=preview, private=private,
+                      calibration=tmp / "report.json")
     return tmp, out / "site"
 
 
@@ -319,6 +323,16 @@ def test_condition_gallery_from_the_preview_grid(board):
     dark = cv2.imread(str(site / "gallery" / "sard-low_light_s3.png"))
     assert clean.shape == dark.shape == (40, 40, 3) and dark.mean() < clean.mean() / 2  # cut from the right rows
     assert len([n for n in names() if f'id="cond-sard-{n}"' in gallery]) == len(names())
+    # the calibration report beside the targets: measured values, the difference and both verdicts
+    report = json.loads((tmp / "report.json").read_text())["corruptions"]["low_light"]
+    low = low[:low.index('<div class="cond"', 10)]
+    assert "measured (sard, 1 frames)" in low
+    for s in ("s1", "s2", "s3"):
+        cell = report["severities"][s]
+        assert f"{cell['measured']:.4g}" in low and f"{cell['diff_pct']:+.1f}%" in low
+    on = sum(c["on_target"] for c in report["severities"].values())
+    assert f"monotone: {'yes' if report['monotone'] else 'no'}; on target (within 2%): {on} of 3 severities" in low
+    assert "Targets: HERIDAL" in low and " ok" not in low
 
 
 def test_smoke_test_banner_only_on_tiny_data(board, tmp_path):
@@ -384,3 +398,13 @@ def test_detect_requires_a_team_unless_reference(tmp_path, capsys):
                "--track", "sar", "--out", str(tmp_path / "sub"), "--reference"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "--team" not in err[0]  # past the team check: the dataset is missing
+
+
+def test_a_calibration_report_of_another_version_is_refused(tmp_path):
+    from aegisbench.errors import BadInput
+    from aegisbench.leaderboard.gallery import read_calibration
+    old = tmp_path / "report.json"
+    old.write_text(json.dumps({"ok": True, "corruptions": {"low_light": {"monotone": True, "ok": True, "severities": {
+        "s1": {"mean": 0.2, "target": 0.2355, "rel_error": 0.15}}}}}))
+    with pytest.raises(BadInput, match=f"{old}: not a calibration report of this version"):
+        read_calibration(old)

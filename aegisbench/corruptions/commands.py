@@ -40,7 +40,9 @@ def register(subparsers) -> None:
     p = command(subparsers, "calibrate", "measure (and fit) the corruption severity ladders on a sample",
                 "Measure each corruption's declared statistic at s1..s3 on a seeded sample of a source "
                 "table; with --fit, solve each severity's ladder parameter to hit the declared targets "
-                "within --rtol. A ladder that is not strictly monotone is refused (exit 2).",
+                "within --rtol. The report gives two verdicts per ladder, monotone and on_target (every "
+                "severity within --rtol of its HERIDAL target). A ladder that is not strictly monotone is "
+                "refused (exit 2); with --fit, so is one off target.",
                 ["aegisbench calibrate --source-table data/sources/synthetic_sar.parquet --sample 20 "
                  "--metrics calibration/report.json",
                  "aegisbench calibrate --source-table data/sources/heridal.parquet --sample 20 --fit "
@@ -61,7 +63,7 @@ def register(subparsers) -> None:
                    "of --params)")
     p.add_argument("--params", default="params.yaml",
                    help="params file (the source of the --geometry and --benchmark-version defaults)")
-    p.add_argument("--rtol", type=float, default=0.02, help="fit tolerance (relative)")
+    p.add_argument("--rtol", type=float, default=0.02, help="tolerance of on_target and of the fit (relative, in (0, 1))")
     declare_io(p, reads={"source_table": "--source-table", "table": "--table", "params": "--params"},
                writes={"out": "--out", "metrics": "--metrics"})
     p.set_defaults(func=run_calibrate)
@@ -105,8 +107,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
             images[key] = r.image()
             boxes[key] = r.boxes
     table = load_table(args.table) if args.table else None
+    measured_on = {"source_table": Path(args.source_table).name, "sources": sorted({k.split("/")[0] for k in images}),
+                   "splits": sorted(args.splits) if args.splits else "all"}
     report = calibrate(images, args.corruptions, fit=args.fit, benchmark_version=args.benchmark_version,
-                       table=table, rtol=args.rtol, geometry=args.geometry, boxes=boxes)
+                       table=table, rtol=args.rtol, geometry=args.geometry, boxes=boxes, measured_on=measured_on)
     failures = report.failures()
     if failures:
         raise BadInput("; ".join(failures), where=f"calibrate {args.source_table}")

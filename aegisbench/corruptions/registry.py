@@ -15,8 +15,8 @@ source's calibration sample (the DVC ``calibrate`` stage: 20 test images of
 ``synthetic_sar``) so that the sample means land on the reference means (DESIGN.md),
 then rounded to three significant figures. Two ladders keep the reference's
 physical values instead: ``low_light`` (the reference's exposure gains 0.330 / 0.130 /
-0.045 = 1.60 / 2.94 / 4.47 stops, with its noise magnitude) and ``motion_blur`` (10 /
-17 / 25 px per 1000 px: s3 is the reference's 2.5 % of the frame); their statistics
+0.045 = 1.60 / 2.94 / 4.47 stops, with its noise magnitude) and ``motion_blur`` (the
+reference's kernels, 9 / 17 / 25 px per 1000 px: s3 is 2.5 % of the frame); their statistics
 depend on the imagery, so refit them on a real sample. Every parameter has a declared
 physical range (``BOUNDS`` of its dataclass); a fit stays inside it and reports the
 bound that stops it. ``rain_streaks`` targets (streak coverage 0.04 / 0.09 / 0.17) are

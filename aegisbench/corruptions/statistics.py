@@ -2,7 +2,10 @@
 
 Each statistic takes the corrupted image and the clean image (most ignore the
 clean one) and returns one float. All work on display-encoded RGB uint8 values
-scaled to [0, 1]; "luma" is Rec. 601 luma as computed by OpenCV.
+scaled to [0, 1]; "luma" is Rec. 601 luma as computed by OpenCV (rounded to 8 bits),
+except where a statistic follows the reference release's definition on unrounded luma
+``0.299 r + 0.587 g + 0.114 b`` of the [0, 1] image (:func:`saturated_fraction`,
+:func:`occluded_fraction`; elementwise float64, the same bits on every CPU).
 
 >>> import numpy as np
 >>> flat = np.full((8, 8, 3), 100, np.uint8)
@@ -33,9 +36,26 @@ def rms_contrast(image: np.ndarray, clean: np.ndarray | None = None) -> float:
     return float(sd[0, 0]) / 255.0
 
 
-def saturated_fraction(image: np.ndarray, clean: np.ndarray | None = None, level: int = 250) -> float:
-    """Fraction of pixels whose luma is at or above ``level`` (blown-out highlights)."""
-    return float(np.count_nonzero(_luma(image) >= level)) / (image.shape[0] * image.shape[1])
+def luma_unit(image: np.ndarray) -> np.ndarray:
+    """Unrounded Rec. 601 luma of an RGB uint8 image scaled to [0, 1], as the reference release
+    computes it (``0.299 r + 0.587 g + 0.114 b`` on ``r = R / 255``...), float64.
+
+    >>> round(float(luma_unit(np.array([[[255, 128, 0]]], np.uint8))[0, 0]), 4)
+    0.5937
+    """
+    x = image.astype(np.float64) / 255.0
+    return 0.299 * x[..., 0] + 0.587 * x[..., 1] + 0.114 * x[..., 2]
+
+
+def saturated_fraction(image: np.ndarray, clean: np.ndarray | None = None, level: float = 0.94) -> float:
+    """Share of pixels whose unrounded luma exceeds ``level`` (0.94: the reference release's glare
+    metric; blown-out highlights).
+
+    >>> img = np.zeros((1, 4, 3), np.uint8); img[0, 0] = 240; img[0, 1] = 239
+    >>> saturated_fraction(img)  # luma 0.9412 counts, 0.9373 does not
+    0.25
+    """
+    return float(np.count_nonzero(luma_unit(image) > level)) / (image.shape[0] * image.shape[1])
 
 
 def mean_rb_ratio(image: np.ndarray, clean: np.ndarray | None = None) -> float:
@@ -69,11 +89,16 @@ def mean_luminance(image: np.ndarray, clean: np.ndarray | None = None) -> float:
 
 
 def occluded_fraction(image: np.ndarray, clean: np.ndarray, threshold: float = 0.08) -> float:
-    """Fraction of pixels whose mean absolute RGB change from the clean frame exceeds
-    ``threshold`` (in [0, 1] display units): the share of the scene hidden by water."""
-    diff = cv2.absdiff(image, clean)
-    mean_diff = cv2.transform(diff.astype(np.float32), np.full((1, 3), 1.0 / 3.0, np.float32))
-    return float(np.count_nonzero(mean_diff > threshold * 255.0)) / (image.shape[0] * image.shape[1])
+    """Share of pixels whose unrounded luma changed from the clean frame by more than
+    ``threshold`` (in [0, 1]; the reference release's definition): the share of the scene
+    hidden by water. A change of hue alone, at equal luma, is not counted.
+
+    >>> a = np.zeros((1, 2, 3), np.uint8); b = a.copy(); b[0, 0] = 30
+    >>> occluded_fraction(b, a)  # |d luma| 0.1176 > 0.08 on one pixel of two
+    0.5
+    """
+    diff = np.abs(luma_unit(image) - luma_unit(clean))
+    return float(np.count_nonzero(diff > threshold)) / (image.shape[0] * image.shape[1])
 
 
 def streak_density(image: np.ndarray, clean: np.ndarray, delta: float = 0.05) -> float:
@@ -128,10 +153,10 @@ class Statistic:
 
 STATISTICS: dict[str, Statistic] = {
     s.name: s for s in (
-        Statistic("saturated_fraction", saturated_fraction, False, "fraction of pixels with luma >= 250"),
+        Statistic("saturated_fraction", saturated_fraction, False, "share of pixels with luma > 0.94"),
         Statistic("rms_contrast", rms_contrast, False, "std of luma in [0, 1]"),
         Statistic("occluded_fraction", occluded_fraction, True,
-                  "fraction of pixels changed by > 0.08 mean |RGB| from clean"),
+                  "share of pixels whose luma changed by > 0.08 from clean"),
         Statistic("mean_rb_ratio", mean_rb_ratio, False, "mean R / mean B"),
         Statistic("streak_density", streak_density, True,
                   "fraction of pixels brightened > 0.05 luma above the median brightening"),

@@ -146,7 +146,7 @@ class MotionBlurParams:
 
 
 @corruption("motion_blur", family="storm", params=MotionBlurParams,
-            severities={1: MotionBlurParams(length=10.0),
+            severities={1: MotionBlurParams(length=9.0),
                         2: MotionBlurParams(length=17.0),
                         3: MotionBlurParams(length=25.0)},
             statistic="mean_sobel", targets=(0.0764, 0.0572, 0.0472), direction=-1,

@@ -69,7 +69,8 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
     return buf.getvalue()
 
 
-def write_board(board: Board, out: Path, firespread=None, preview: str | Path | None = None) -> list[Path]:
+def write_board(board: Board, out: Path, firespread=None, preview: str | Path | None = None,
+                calibration: str | Path | None = None) -> list[Path]:
     """Write every output of ``board`` under ``out`` (which must be empty or new);
     ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None;
     ``preview``: the preview stage's folder (the page's condition gallery) or None."""
@@ -88,7 +89,7 @@ def write_board(board: Board, out: Path, firespread=None, preview: str | Path | 
     atomic_write_text(out / "skipped.json", json.dumps(skipped, indent=1, sort_keys=True) + "\n")
     atomic_write_text(out / "README.md", render_markdown(board, firespread_report=firespread is not None))
     files += [out / "skipped.json", out / "README.md"]
-    files += render_site(board, out / "site", firespread=firespread, preview=preview)
+    files += render_site(board, out / "site", firespread=firespread, preview=preview, calibration=calibration)
     return files
 
 
@@ -127,7 +128,7 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
                       evaluator_version: str | None = None, references=(),
                       metrics: str | Path | None = None, plots: str | Path | None = None,
                       preview: str | Path | None = None, extra_results=(), submissions=(),
-                      private: str | Path | None = None) -> BuildReport:
+                      private: str | Path | None = None, calibration: str | Path | None = None) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
 
     ``extra_results``: results folders merged beside those under ``results`` (None: only
@@ -141,11 +142,13 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
     ids not among the merged results are logged and reported (not an error).
     ``metrics`` / ``plots``: also write the DVC metrics JSON / severity-curve folder.
     ``preview``: the ``preview`` stage's folder; its corruption grids become the page's
-    condition gallery (one thumbnail per condition of the same frame).
+    condition gallery (one thumbnail per condition of the same frame); ``calibration``: the
+    calibrate stage's report, whose measured ladders and verdicts the gallery shows.
     """
     refs = _references(references)
     refuse_overlap({"--out": out}, {"--results": [results, *extra_results], "--dataset": dataset,
-                                    "--submissions": list(submissions), "--preview": preview, "--private": private_dir(private)})
+                                    "--submissions": list(submissions), "--preview": preview, "--private": private_dir(private),
+                                    "--calibration": calibration})
     check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
     out = Path(out)
     with output_lock(out):
@@ -153,11 +156,11 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
             if path is not None:
                 clean_leftovers(path)
         return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results,
-                      submissions, private)
+                      submissions, private, calibration)
 
 
 def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None,
-           extra_results=(), submissions=(), private=None) -> BuildReport:
+           extra_results=(), submissions=(), private=None, calibration=None) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect, extra_results)
@@ -171,7 +174,7 @@ def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots,
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)
     firespread = _firespread_report(board, {e.folder: e.path for e in entries}, dataset)
     with staged_dir(out) as staging:
-        files = write_board(board, staging, firespread, preview)
+        files = write_board(board, staging, firespread, preview, calibration)
         files.append(write_citations(dataset, staging, expect.dataset_digest))
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))

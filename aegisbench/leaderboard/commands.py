@@ -40,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preview", default=None, metavar="DIR",
                    help="the preview stage's folder (data/preview): its corruption grids become the page's "
                         "condition gallery, one thumbnail per condition of the same frame (default: no gallery)")
+    p.add_argument("--calibration", default=None, metavar="FILE",
+                   help="the calibrate stage's report (calibration/report.json): the gallery shows each ladder's "
+                        "measured values, the frames they were measured on and both verdicts (monotone, on target)")
     p.add_argument("--submissions", action="append", default=[], metavar="DIR",
                    help="a folder of submission folders, as stored (repeatable): results whose files are not "
                         "those of DIR/<id> are skipped, so a folder named like another submission cannot stand for it")
@@ -49,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict", action="store_true",
                    help="exit 2 if any results folder was skipped or a --reference has no merged results")
     declare_io(p, reads={"results": "--results", "dataset": "--dataset", "preview": "--preview",
-                         "submissions": "--submissions"},  # --private: its private/ (build_leaderboard)
+                         "submissions": "--submissions", "calibration": "--calibration"},  # --private: its private/ (build_leaderboard)
                writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})
     p.set_defaults(func=cmd_leaderboard)
     register_export(sub)
@@ -60,7 +63,8 @@ def cmd_leaderboard(args) -> int:
 
     report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
                                references=args.reference, metrics=args.metrics, plots=args.plots,
-                               preview=args.preview, submissions=args.submissions, private=args.private)
+                               preview=args.preview, submissions=args.submissions, private=args.private,
+                               calibration=args.calibration)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
     # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;

@@ -318,7 +318,8 @@ def _firespread_view(report, out: Path, written: list[Path]) -> dict | None:
     return {**figures, "peaks": peaks, "tables": table_views(report)}
 
 
-def render_site(board: Board, out: str | Path, firespread=None, preview: str | Path | None = None) -> list[Path]:
+def render_site(board: Board, out: str | Path, firespread=None, preview: str | Path | None = None,
+                calibration: str | Path | None = None) -> list[Path]:
     """Write index.html, models/*.html and plots/*.svg under ``out``; return the files written.
     ``firespread``: the fire-spread report, shown in the fire-spread section; ``preview``:
     the preview stage's folder (condition gallery thumbnails under ``gallery/``)."""
@@ -339,7 +340,8 @@ def render_site(board: Board, out: str | Path, firespread=None, preview: str | P
     built: dict[str, set[str]] = {}  # source -> the corruptions built for it (the gallery shows those)
     for section in secs:
         built.setdefault(section.source, set()).update(c["corruption"] for c in section.conditions if c["corruption"])
-    gallery = gallery_view(preview, out, built, written, {s.source: s.sensor for s in secs if s.sensor})
+    gallery = gallery_view(preview, out, built, written, {s.source: s.sensor for s in secs if s.sensor},
+                           calibration)
     common = {"board": board, "expect": board.expect, "version": aegisbench.__version__,
               "references": board.references, "reference_note": REFERENCE_NOTE, "reference_mark": REFERENCE_MARK,
               "smoke_test": smoke_test(board), "status_note": STATUS_NOTE, "release": release(board)}

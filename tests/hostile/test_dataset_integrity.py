@@ -24,6 +24,7 @@ import pytest
 from _evalkit import gt_table, materialize, tiny_params, write_submission
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.card import card_inputs, render_card
+from aegisbench.releases import RELEASED
 from aegisbench.builders.hfrepo import content_key
 from aegisbench.builders.manifest import (dataset_digest, iter_shards, load_manifest, require_verified, rows_sha256,
                                          verify_repo)
@@ -125,9 +126,10 @@ def test_honest_repo_passes_and_its_content_recomputes_to_the_manifest(honest, c
         kinds.add(config.split("_")[0])
     assert {"clean", "low", "firespread"} <= kinds
     assert main(["verify", str(repo)]) == 0
+    v = m["benchmark_version"]
     assert capsys.readouterr().out.strip() == (f"{repo}: OK ({len(m['files'])} files, digest {m['dataset_digest']}: "
-                                               "not a released digest: benchmark 0.5.0 of the embedded default was "
-                                               "released as 5f089529f827)")
+                                               f"not a released digest: benchmark {v} of the embedded default was "
+                                               f"released as {RELEASED[v][:12]})")
     assert verify_repo(repo, cache=True).ok and sorted(repo.rglob("*")) == files  # nothing written into the repo
 
 
