@@ -408,3 +408,16 @@ def test_a_calibration_report_of_another_version_is_refused(tmp_path):
         "s1": {"mean": 0.2, "target": 0.2355, "rel_error": 0.15}}}}}))
     with pytest.raises(BadInput, match=f"{old}: not a calibration report of this version"):
         read_calibration(old)
+
+
+def test_each_detection_section_says_what_its_results_show(board):
+    """The findings block (issue 34 item 6) is on the page and in the README, per detection section."""
+    tmp, site = board
+    page = (site / "index.html").read_text()
+    readme = (site.parent / "README.md").read_text()
+    for anchor in ("sar-sard",):
+        block = page[page.index(f'id="findings-{anchor}"'):]
+        block = block[:block.index("</div>")]
+        assert "What these results show" in block and "keeps most recall under <b>" in block
+    assert readme.count("**What these results show**") == page.count('class="findings"') >= 1
+    assert 'id="findings-firespread' not in page

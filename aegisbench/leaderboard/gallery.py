@@ -62,7 +62,8 @@ def describe(name: str, measured: dict | None = None, measured_on: dict | None =
               for s, t in zip(SEVERITIES, spec.targets)]
     out = {"name": name, "family": spec.family, "model": corruption_model_text(name), "statistic": spec.statistic,
            "direction": "falls" if spec.direction == -1 else "rises", "fit_param": spec.fit_param,
-           "ladder": ladder, "sensors": ", ".join(spec.modalities), "sensor_note": spec.modality_note.rstrip(".")}
+           "ladder": ladder, "sensors": ", ".join(spec.modalities), "sensor_note": spec.modality_note.rstrip("."),
+           "verdicts": None, "target_source": None, "measured_on": None}
     if sev:
         on = sum(bool(s.get("on_target")) for s in sev.values())
         out.update(verdicts=f"monotone: {'yes' if lad.get('monotone') else 'no'}; on target (within "

@@ -18,6 +18,7 @@ import html
 import re
 
 from aegisbench.leaderboard.aggregate import Board
+from aegisbench.leaderboard.findings import section_findings
 from aegisbench.leaderboard.sensor import not_built_text
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
@@ -97,6 +98,10 @@ def _section(board: Board, section: Section) -> list[str]:
     if section.not_built:  # one note, never a row per condition (nor an n/a column)
         out += [f"> {not_built_text(md_escape(section.source), md_escape(section.sensor or ''), section.not_built, md_code)}",
                 ""]
+    found = section_findings(section, md_escape)
+    if found:
+        out += ["**What these results show** (generated from the rows below; the default row's recall):", "",
+                *(f"- {line}" for line in found), ""]
     main = primary_metric(section)
     floors = floor_rows(board, section, main) if main else {}
     rows = []

@@ -22,6 +22,7 @@ import polars as pl
 import aegisbench
 from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
+from aegisbench.leaderboard.findings import findings_html
 from aegisbench.leaderboard.gallery import gallery_view
 from aegisbench.leaderboard.plots import series_key, write_curves
 from aegisbench.leaderboard.sensor import not_built_view
@@ -182,7 +183,8 @@ def section_view(board: Board, section: Section, plots: dict) -> dict:
             "detection": section.track != FIRESPREAD,
             "columns": heat_columns(list(section.conditions), first_col=1 + has_threshold(section)),
             "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section),
-            "strata": strata_tables(board, section), "not_built": not_built_view(section)}
+            "strata": strata_tables(board, section), "not_built": not_built_view(section),
+            "findings": findings_html(section)}
 
 
 def has_threshold(section: Section) -> bool:
