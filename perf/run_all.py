@@ -4,7 +4,9 @@ Each benchmark runs in its own process with ``--json``; their rows are collected
 ``work | ours | peer | ratio | target | met`` table (see :mod:`_bench`), printed, and written
 atomically (temp file + rename) between the ``<!-- perf-summary:start -->`` and
 ``<!-- perf-summary:end -->`` markers of docs/PERFORMANCE.md (not with ``--only``). ``--quick`` runs small sizes
-and few rounds (minutes): it checks the benchmarks, and its table says it is a quick run.
+and few rounds (minutes): it checks the benchmarks, prints its table and never writes the docs; a target
+is judged only at the size it names, so a quick run's rows say ``— (quick)`` where a full run says yes
+or no.
 A benchmark that leaves no result gets a row saying so; the exit status is then 1.
 
 Run: ``.venv/bin/python perf/run_all.py [--quick] [--only NAME ...] [--no-docs] [--json-dir DIR]``
@@ -66,9 +68,14 @@ def summary(results: dict[str, list[dict]], quick: bool, command: str) -> str:
     rows = []
     for name, rs in results.items():
         rows.append({"work": f"perf/{name}.py", "section": True})
-        rows += rs
+        rows += [quick_row(r) for r in rs] if quick else rs
     lines.append(table(rows))
     return "\n".join(lines)
+
+
+def quick_row(r: dict) -> dict:
+    """A row of a quick run: its numbers, but no verdict (the targets name full-run sizes)."""
+    return {**r, "met": "quick"} if r.get("met") is not None else r
 
 
 def write_doc(doc: Path, section: str) -> None:
@@ -104,8 +111,8 @@ def main(argv=None) -> int:
                 print(f"(perf/{name}.py exited {rc}: its rows are kept)", flush=True)
     section = summary(results, a.quick, command)
     print(f"\n{section}\n", flush=True)
-    if a.only:
-        print(f"(--only: {DOC.relative_to(ROOT)} keeps the summary of a run of every benchmark)")
+    if a.only or a.quick:
+        print(f"(--only / --quick: {DOC.relative_to(ROOT)} keeps the summary of a full run of every benchmark)")
     elif not a.no_docs:
         write_doc(DOC, section)
         print(f"summary written to {DOC.relative_to(ROOT)}")
