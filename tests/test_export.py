@@ -109,8 +109,9 @@ def test_latex_is_a_booktabs_table_per_metric_with_intervals_and_notes(board, tm
         assert body and all(len(re.split(r"(?<!\\)&", line)) == cols for line in body), tab
     thermal = next(t for t in tables if "texttt{thermal}" in t)
     assert tex(HOSTILE) in thermal and HOSTILE not in thermal
-    assert "low\\_light\\_s1 & n/a\\textsuperscript{a} \\\\" in thermal
-    assert "\\textsuperscript{a}n/a: not physical for thermal." in thermal
+    # a condition not built for the sensor: no n/a row, one line under the table (as on the page)
+    assert "low\\_light\\_s1 &" not in thermal
+    assert "Not built for the thermal sensor (its physics does not hold): low\\_light\\_s1." in thermal
     assert "Not verified by the benchmark's own run:" in thermal  # self-reported rows are marked
     fp = _tables(export_table("latex", leaderboard=board, metrics=["fp"])[0])
     demo_fp = next(t for t in fp if "texttt{demo}" in t)
@@ -222,3 +223,19 @@ def test_citation_bib_has_the_benchmark_and_every_source(hand_results, tmp_path,
     assert proc.returncode == 0 and "error" not in proc.stdout.lower(), proc.stdout
     bbl = (tmp_path / "lb" / "paper.bbl").read_text()
     assert "AegisBench" in bbl and "HIT-UAV" in bbl
+
+
+def test_latex_names_conditions_not_built_for_the_sensor_once_instead_of_n_a_rows():
+    from aegisbench.leaderboard.latex import latex_table
+
+    def r(cond, value, note=None, order=0):
+        return {"submission": "s", "model": "m", "status": "verified", "condition": cond, "_order": order,
+                "value": value, "lo": value, "hi": value, "note": note, "dataset_version": "0.6.0",
+                "evaluator_version": EV, "track": "sar", "source": "thermal", "metric": "recall"}
+    rows = [r("clean", 0.8, order=0), r("low_light_s3", None, "not physical for thermal", 1),
+            r("motion_blur_s3", 0.4, order=2), r("inundation_s1", None, "0/0", 3)]
+    text = latex_table("sar", "thermal", "recall", rows)
+    body = text[text.index(r"\midrule"):text.index(r"\bottomrule")]
+    assert "low\\_light" not in body and "motion\\_blur\\_s3 & 0.400" in body
+    assert "inundation\\_s1 & n/a\\textsuperscript{a}" in body  # 0/0 stays a row: it was built and is undefined
+    assert "Not built for the thermal sensor (its physics does not hold): low\\_light\\_s3." in text

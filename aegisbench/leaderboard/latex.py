@@ -109,9 +109,25 @@ def _notes(notes: dict[str, str], rows: list[dict], models: list[tuple[str, str]
     return lines
 
 
+def not_built(rows: list[dict]) -> dict[str, str]:
+    """condition -> sensor, of the conditions not built for the source's sensor: every row of
+    them has no value and the evaluator's note ``not physical for <sensor>`` (one line under
+    the table names them, as the page does; they are not rows of n/a)."""
+    import re
+
+    out: dict[str, str | None] = {}
+    for r in rows:
+        m = re.fullmatch(r"not physical for (\S+)", str(r["note"] or "")) if r["value"] is None else None
+        prev = out.get(r["condition"], "")
+        out[r["condition"]] = m.group(1) if m and prev in ("", m.group(1)) else None
+    return {c: s for c, s in out.items() if s}
+
+
 def latex_table(track: str, source: str, metric: str, rows: list[dict]) -> str:
     """One table environment: ``rows`` are one track, source and metric's export rows."""
     models = list(dict.fromkeys((r["submission"], r["model"]) for r in rows))
+    skipped = not_built(rows)
+    rows = [r for r in rows if r["condition"] not in skipped]
     conds = sorted({r["condition"]: r["_order"] for r in rows}.items(), key=lambda c: (c[1], c[0]))
     cells = {(r["submission"], r["condition"]): r for r in rows}
     notes: dict[str, str] = {}
@@ -127,6 +143,9 @@ def latex_table(track: str, source: str, metric: str, rows: list[dict]) -> str:
              " & ".join(["Condition", *_headers(models)]) + r" \\", r"\midrule", *body, r"\bottomrule",
              r"\end{tabular}"]
     foot = _notes(notes, rows, models, missing)
+    if skipped:
+        foot.append(f"Not built for the {tex(', '.join(sorted(set(skipped.values()))))} sensor (its physics does not "
+                    f"hold): {tex(', '.join(skipped))}.")
     if foot:
         lines += [r"\par\smallskip", r"{\footnotesize " + r" \quad ".join(foot) + r"\par}"]
     return "\n".join([*lines, r"\end{table}", ""])
