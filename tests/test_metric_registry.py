@@ -132,13 +132,15 @@ def test_every_row_of_a_firespread_evaluation_is_registered(tmp_path):
     for name in ("metrics.parquet", STRATA_FILE):
         df = pl.read_parquet(out / name)
         _check_rows(df)
-        assert {"brier", "ece_floor", "oracle_brier", "recall", "brier_sd_maps"} <= set(df["metric"].to_list())
+        assert {"brier", "ece", "ece_seed003", "ece_floor", "oracle_brier", "recall", "brier_sd_maps"} <= set(
+            df["metric"].to_list())
     # the page and the fire-spread report label the shared names as F2R, from the registry
     build_leaderboard(tmp_path / "results", tmp_path / "repo", tmp_path / "lb")
     md = (tmp_path / "lb" / "README.md").read_text()
     assert "### F2R F1 per condition" in md and "### F2S Brier per condition" in md
     report = (tmp_path / "lb" / "firespread" / "README.md").read_text()
     assert "| F2R F1 | F2R precision | F2R recall | F2R AP |" in report and "| ECE floor |" in report
+    assert "| F2S ECE | F2S ECE, seed 003 (per map) | ECE floor |" in report  # seed 003's ECE beside ours
 
 
 def test_view_selections_and_the_committed_leaderboard_name_registered_metrics():

@@ -8,10 +8,8 @@ threshold the evaluator freezes (the fire-spread F2R threshold is declared by th
 line (``file:row N field F: message``, at most 50, then a count of the rest) to
 stderr and exit 2; nothing is written to ``results/`` then.
 
->>> parse_grid("seed001")[:3]
-(0.01, 0.02, 0.03)
->>> parse_grid("0.1, 0.2"), parse_grid("scores")
-((0.1, 0.2), None)
+>>> parse_grid("seed001"), parse_grid("0.1, 0.2"), parse_grid("scores")
+('seed001', (0.1, 0.2), 'scores')
 """
 
 from __future__ import annotations
@@ -23,7 +21,7 @@ import sys
 from pathlib import Path
 
 from aegisbench.cli import command
-from aegisbench.fields import deprecated_alias
+from aegisbench.fields import deprecated_alias, did_you_mean
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
@@ -35,19 +33,21 @@ log = logging.getLogger(__name__)
 MAX_LISTED = 50
 
 
-def parse_grid(text: str) -> tuple[float, ...] | None:
-    """``scores`` (every distinct val score), ``seed001`` (0.01..0.20) or ``a,b,c``."""
-    from aegisbench.evaluation.threshold import seed_001_grid
-    t = text.strip().lower()
-    if t == "scores":
+def parse_grid(text: str | None) -> tuple[float, ...] | str | None:
+    """None (the track's rule), a rule name (``scores``: every distinct val score, ``seed001``:
+    0.01..0.20) or ``a,b,c`` (values in [0, 1]; :class:`BadInput` naming ``--threshold-grid`` otherwise)."""
+    from aegisbench.evaluation.threshold import RULES, check_grid
+    if text is None:
         return None
-    if t == "seed001":
-        return tuple(float(v) for v in seed_001_grid())
+    t = text.strip().lower()
+    if t in RULES:
+        return t
     try:
-        return tuple(float(v) for v in t.split(",") if v.strip())
+        values = [float(v) for v in t.split(",") if v.strip()]
     except ValueError:
-        raise BadInput(f"expected 'scores', 'seed001' or comma-separated numbers, got {text!r}",
-                       where="--threshold-grid") from None
+        raise BadInput(f"expected {' or '.join(repr(r) for r in RULES)} or comma-separated numbers in [0, 1], "
+                       f"got {text!r}{did_you_mean(t, RULES)}", where="--threshold-grid") from None
+    return check_grid(values, where="--threshold-grid")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -76,8 +76,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "evaluate", "validate, freeze thresholds on clean validation, score every condition "
                 "and write results/<id>/",
                 "Detection tracks: the operating threshold is frozen at maximum F1 on the clean <source>_val "
-                "predictions and applied unchanged to every condition; recall, precision, F1 and mAP get "
-                "bootstrap intervals. Fire spread: scored per S-Level with the threshold the dataset declares.",
+                "predictions (over every score on sar, over seed 001's grid 0.01..0.20 on smoke, unless "
+                "--threshold-grid says otherwise) and applied unchanged to every condition; recall, precision, F1 "
+                "and mAP get bootstrap intervals. Fire spread: scored per S-Level with the threshold the dataset declares.",
                 ["aegisbench evaluate submissions/my_yolo",
                  "aegisbench evaluate submissions/my_yolo --results results --n-resamples 200 --stratify time",
                  "aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto"])
@@ -85,9 +86,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results", default="results", metavar="DIR",
                    help="the results folder: writes <results>/<submission id>/")
     deprecated_alias(p, "--out", "--results")
-    p.add_argument("--threshold-grid", default="scores", metavar="{scores,seed001,V1,V2,...}",
-                   help="threshold candidates: 'scores' (every distinct val score), 'seed001' "
-                        "(0.01..0.20) or comma-separated values")
+    from aegisbench.evaluation.threshold import TRACK_RULE
+    p.add_argument("--threshold-grid", metavar="{scores,seed001,V1,V2,...}",
+                   help="threshold candidates: 'scores' (every distinct val score), 'seed001' (seed 001's grid "
+                        "0.01..0.20) or comma-separated values in [0, 1] (default: the track's rule, "
+                        + ", ".join(f"{k} {v}" for k, v in TRACK_RULE.items()) + ")")
     p.add_argument("--max-dets", type=int, default=None,
                    help="per-image cap for mAP (default: none, every prediction counts)")
     p.add_argument("--n-resamples", type=int, default=BootstrapParams().n_resamples,
@@ -180,8 +183,9 @@ def cmd_validate(args) -> int:
 def cmd_evaluate(args) -> int:
     from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
     from aegisbench.evaluation.submission import SubmissionInvalid
+    grid = parse_grid(args.threshold_grid)  # BadInput naming --threshold-grid
     try:
-        params = EvaluationParams(threshold_grid=parse_grid(args.threshold_grid), max_dets=args.max_dets,
+        params = EvaluationParams(threshold_grid=grid, max_dets=args.max_dets,
                                   bootstrap=BootstrapParams(n_resamples=args.n_resamples), limits=_limits(args),
                                   warp_grid=args.warp_grid, stratify=tuple(args.stratify))
     except (TypeError, ValueError) as exc:

@@ -3,9 +3,10 @@
 Per source of the track:
 
 1. **Frozen threshold**: maximum pooled F1 on the clean ``<source>_val`` predictions
-   under the shared matcher (ties: the higher threshold), over every distinct score
-   or over ``EvaluationParams.threshold_grid``; recorded, then applied unchanged to
-   every condition.
+   under the shared matcher (ties: the higher threshold), over the track's candidates
+   (``threshold.TRACK_RULE``: every distinct score on sar, seed 001's grid 0.01..0.20 on
+   smoke) or those ``EvaluationParams.threshold_grid`` names; recorded, then applied
+   unchanged to every condition.
 2. Per config holding the source's test split: every registered per-condition metric
    at that threshold (counts, recall, precision, F1, mAP on all predictions, recall per
    size band, relative drop against the model's own clean score, localization
@@ -52,7 +53,7 @@ from aegisbench.evaluation.results import Evaluation, provenance, results_table
 from aegisbench.evaluation.scoring import ConditionScorer
 from aegisbench.evaluation.strata import StrataScorers, check_columns, strata_provenance
 from aegisbench.evaluation.submission import ValidatedSubmission, read_detection_predictions
-from aegisbench.evaluation.threshold import freeze_threshold
+from aegisbench.evaluation.threshold import RULES, TRACK_RULE, freeze_threshold, rule_grid
 from aegisbench.evaluation.tracks import Track, get_track, register_track
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.metrics import condition_cells, image_positive
@@ -140,8 +141,24 @@ def freeze_for_source(sub: ValidatedSubmission, index: DatasetIndex, source: str
         raise BadInput(f"the dataset has no clean validation split {val_split!r}: cannot freeze a threshold",
                        where=str(index.repo))
     val = SplitScore.of(sub, CLEAN, index.gt(CLEAN, val_split))
-    thr, vf1 = freeze_threshold(val.match, None if params.threshold_grid is None else np.asarray(params.threshold_grid))
+    grid = threshold_candidates(params, sub.meta.track)[1]
+    thr, vf1 = freeze_threshold(val.match, None if grid is None else np.asarray(grid))
     return thr, vf1, val
+
+
+def threshold_candidates(params, track: str) -> tuple[str, tuple[float, ...] | None]:
+    """``(rule, candidates)`` of the threshold search: the track's rule unless ``params``
+    names one (``rule`` ``custom`` for a list of values; candidates None: every distinct score).
+
+    >>> from aegisbench.evaluation.evaluator import EvaluationParams
+    >>> threshold_candidates(EvaluationParams(), "smoke")[1][:2], threshold_candidates(EvaluationParams(), "sar")
+    ((0.01, 0.02), ('scores', None))
+    """
+    g = params.threshold_grid
+    if isinstance(g, tuple):
+        return "custom", g
+    rule = TRACK_RULE[track] if g is None else g
+    return rule, rule_grid(rule)
 
 
 @dataclass(eq=False)
@@ -324,12 +341,15 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
 
 def _detection_provenance(sub, index, params, thresholds: dict, val_f1: dict, degenerate: list,
                           configs: dict) -> dict:
-    grid = "every distinct clean _val score" if params.threshold_grid is None else list(params.threshold_grid)
+    rule, grid = threshold_candidates(params, sub.meta.track)
     return {
         "frozen_threshold": thresholds,
         "threshold_selection": {"rule": "maximum pooled F1 on the clean <source>_val predictions under the shared "
                                 "matcher (IoU >= 0.5, greedy, class-agnostic); ties go to the higher threshold; "
-                                "applied unchanged to every condition", "candidates": grid,
+                                "applied unchanged to every condition",
+                                "candidates": RULES["scores"] if grid is None else list(grid),
+                                "grid": rule, "grid_from": "track default" if params.threshold_grid is None
+                                else "chosen (evaluate --threshold-grid)",
                                 "val_f1": val_f1, "val_split": {s: f"{s}_val" for s in thresholds}},
         "max_dets": params.max_dets,
         "max_dets_note": ("mAP uses every prediction of an image (no maxDets truncation)" if params.max_dets is None

@@ -6,8 +6,8 @@ checks, then its track's ``read``), scores it with its track's ``score`` and wri
 (:mod:`aegisbench.evaluation.tracks`): the detection tracks in
 :mod:`aegisbench.evaluation.detection`, fire-spread in :mod:`aegisbench.firespread.track`.
 
->>> EvaluationParams(threshold_grid=(0.01, 0.02)).threshold_grid
-(0.01, 0.02)
+>>> EvaluationParams(threshold_grid=(0.01, 0.02)).threshold_grid, EvaluationParams().threshold_grid
+((0.01, 0.02), None)
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from aegisbench.evaluation.results import Evaluation, write_results
 from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimits, validate_submission
 from aegisbench.evaluation.tracks import get_track
 from aegisbench.executor import Executor
-from aegisbench.fields import Range, check_fields, check_float
+from aegisbench.evaluation.threshold import check_grid, rule_grid
+from aegisbench.fields import Range, check_fields
 from aegisbench.hashing import json_sha256
 from aegisbench.metrics import SilentFailureParams
 from aegisbench.vocab import WARP_GRID
@@ -38,7 +39,9 @@ log = logging.getLogger(__name__)
 class EvaluationParams:
     """Evaluator settings; all of them are recorded (and hashed) in the provenance."""
 
-    threshold_grid: tuple[float, ...] | None = None  # None: every distinct val score
+    # threshold candidates: None = the track's rule (threshold.TRACK_RULE), a rule name (threshold.RULES)
+    # or a tuple of values in [0, 1]
+    threshold_grid: tuple[float, ...] | str | None = None
     max_dets: int | None = None  # per-image cap for mAP; None = never truncate
     bootstrap: BootstrapParams = BootstrapParams()
     silent: SilentFailureParams = SilentFailureParams()
@@ -52,16 +55,18 @@ class EvaluationParams:
         if len(set(self.stratify)) != len(self.stratify):
             raise ValueError(f"stratify names a column twice: {list(self.stratify)}")
         g = self.threshold_grid
-        if g is not None:
-            if not isinstance(g, tuple) or not g:
-                raise TypeError("threshold_grid must be a non-empty tuple of floats or None")
-            for i, v in enumerate(g):
-                check_float(v, f"threshold_grid[{i}]", 0.0, 1.0)
+        if isinstance(g, str):
+            rule_grid(g)  # a known rule name
+        elif g is not None:
+            if not isinstance(g, tuple):
+                raise TypeError("threshold_grid must be None, a rule name or a tuple of floats")
+            check_grid(g, "threshold_grid")
         check_fields(self, max_dets=Range(1, None, integer=True, optional=True), warp_grid=Range(1, None, integer=True))
 
     def as_dict(self) -> dict:
         d = asdict(self)
-        d["threshold_grid"] = None if self.threshold_grid is None else list(self.threshold_grid)
+        g = self.threshold_grid
+        d["threshold_grid"] = list(g) if isinstance(g, tuple) else g
         d["bootstrap"]["percentiles"] = list(self.bootstrap.percentiles)
         d["iou_threshold"] = IOU_THRESHOLD
         if self.stratify:  # absent when not stratified: the digest of older settings stays

@@ -11,6 +11,12 @@ Candidates are the distinct prediction scores, or ``grid`` if given (seed 001 us
 returned as the shortest decimal with the same float32 value. With no prediction at
 all the result is ``(1.0, 0.0)``.
 
+The named rules (:data:`RULES`) and the rule each detection track freezes with unless
+``evaluate --threshold-grid`` names another (:data:`TRACK_RULE`) are declared here, once:
+the smoke track follows seed 001 (PyroNear2025 searched its confidence threshold on
+``k/100, k = 1..20``), the sar track the reference release (maximum F1 over every clean
+validation score, the exact optimum; no seed prescribes a grid for it).
+
 >>> import numpy as np
 >>> from aegisbench.evaluation.matching import match_images
 >>> m = match_images([np.array([[0, 0, 10, 10], [20, 20, 30, 30]])], [np.array([0.9, 0.4])],
@@ -25,13 +31,50 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from aegisbench.errors import BadInput
 from aegisbench.evaluation.matching import BatchMatch
+from aegisbench.fields import check_float
 from aegisbench.stats import count_ratios
+from aegisbench.vocab import SAR, SMOKE
 
 
 def seed_001_grid() -> np.ndarray:
     """``k / 100`` for k = 1..20 (the PyroNear2025 threshold search grid)."""
     return np.arange(1, 21) / 100.0
+
+
+#: threshold rules by name: ``scores`` searches every distinct clean validation score, ``seed001``
+#: seed 001's grid
+RULES = {"scores": "every distinct clean _val score", "seed001": "seed 001's grid k/100, k = 1..20 (0.01..0.20)"}
+#: the rule each detection track freezes its threshold with unless ``--threshold-grid`` names another
+TRACK_RULE = {SAR: "scores", SMOKE: "seed001"}
+
+
+def rule_grid(rule: str) -> tuple[float, ...] | None:
+    """The candidates of a named rule (None: every distinct score).
+
+    >>> rule_grid("scores"), rule_grid("seed001")[-1]
+    (None, 0.2)
+    """
+    if rule not in RULES:
+        raise ValueError(f"threshold rule must be one of {sorted(RULES)}, got {rule!r}")
+    return None if rule == "scores" else tuple(float(v) for v in seed_001_grid())
+
+
+def check_grid(values, where: str = "threshold_grid") -> tuple[float, ...]:
+    """``values`` as a non-empty tuple of floats in [0, 1]; :class:`BadInput` at ``where`` otherwise.
+
+    >>> check_grid([0.5, 2], where="--threshold-grid")
+    Traceback (most recent call last):
+    ...
+    aegisbench.errors.BadInput: --threshold-grid: value 2: must lie in [0, 1], got 2
+    """
+    values = tuple(values)
+    if not values:
+        raise BadInput("needs at least one threshold in [0, 1]", where=where)
+    for i, v in enumerate(values):
+        check_float(v, f"value {i + 1}", 0, 1, error=BadInput, where=f"{where}: value {i + 1}")
+    return tuple(float(v) for v in values)
 
 
 def f1_curve(match: BatchMatch, thresholds: Sequence[float] | np.ndarray) -> dict[str, np.ndarray]:

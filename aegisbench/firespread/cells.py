@@ -1,7 +1,8 @@
 """Per-unit sufficient statistics of the pixels of one fire-spread scoring cell
 (:mod:`aegisbench.firespread.scoring`): TP/FP/FN counts, the calibration-bin states of
-``metrics._calibration_update`` and a table of positives / negatives per distinct score
-per bootstrap unit. A cell's point value and any bootstrap resample (units re-weighted,
+``metrics._calibration_update``, a table of positives / negatives per distinct score
+and, when per-map scores are given, the sum and count of seed 003's per-map ECE
+(``metrics.ece_per_map``) per bootstrap unit. A cell's point value and any bootstrap resample (units re-weighted,
 which equals re-scoring the resampled pixels exactly) are computed from them, and cells
 pool by adding them up (:func:`pool_cells`).
 
@@ -24,11 +25,21 @@ import numpy as np
 
 from aegisbench import metrics as M
 from aegisbench.stats import count_ratios as count_statistics
+from aegisbench.stats import ratio
 
 if TYPE_CHECKING:
     from aegisbench.firespread.scoring import ScoreConfig
 
 DENSE_POOL_LIMIT = 1 << 24  # units x distinct scores up to which pooled score tables are dense arrays
+
+
+def map_sums(values: np.ndarray, units: np.ndarray, n_units: int) -> np.ndarray:
+    """(2, n_units): per unit, the sum and the count of the finite per-map ``values`` (NaN: a map
+    left out of the mean)."""
+    ok = np.isfinite(values)
+    u = np.asarray(units, np.int64)[ok]
+    return np.stack([np.bincount(u, weights=np.asarray(values)[ok], minlength=n_units),
+                     np.bincount(u, minlength=n_units).astype(np.float64)])
 
 
 def _bin_states(key: np.ndarray, p: np.ndarray, y: np.ndarray, n_units: int, n_bins: int) -> np.ndarray:
@@ -50,8 +61,10 @@ class CellStats:
 
     def __init__(self, p: np.ndarray, y: np.ndarray, u: np.ndarray, o: np.ndarray | None,
                  n_units: int, cfg: ScoreConfig, yf: np.ndarray | None = None, *, inv: np.ndarray | None = None,
-                 scores: np.ndarray | None = None, b: np.ndarray | None = None, bo: np.ndarray | None = None):
+                 scores: np.ndarray | None = None, b: np.ndarray | None = None, bo: np.ndarray | None = None,
+                 maps: tuple[np.ndarray, np.ndarray] | None = None):
         nb = cfg.n_bins
+        self.map_ece = None if maps is None else map_sums(*maps, n_units)
         y = np.asarray(y, bool)
         u = np.asarray(u, np.int64)
         self.cfg, self.n_units = cfg, n_units
@@ -94,6 +107,8 @@ class CellStats:
         out["average_precision"], out["auc_pr_trapezoid"] = M.weighted_pr_areas(self.pos.sum(0), self.neg.sum(0))
         cal = M._calibration_compute(self.states.sum(axis=0))
         out["ece"] = cal["ece"]
+        if self.map_ece is not None:  # NaN (a null row, 0/0) when no map of the cell holds both outcomes
+            out["ece_seed003"] = float(ratio(*self.map_ece.sum(axis=1), np.nan))
         if self.floor_states is not None:
             out["ece_floor"] = M._calibration_compute(self.floor_states.sum(axis=0))["ece"]
         out["brier"] = cal["brier"]
@@ -113,6 +128,8 @@ class CellStats:
         out.update({"ece": c["ece"], "brier": c["brier"], "brier_reliability": c["reliability"],
                     "brier_resolution": c["resolution"], "brier_uncertainty": c["uncertainty"],
                     "brier_residual": c["residual"]})
+        if self.map_ece is not None:
+            out["ece_seed003"] = float(ratio(*(self.map_ece @ w), np.nan))
         if self.floor_states is not None:
             out["ece_floor"] = M._calibration_compute(np.tensordot(w, self.floor_states, axes=1))["ece"]
         if self.sse_o is not None:
@@ -139,6 +156,8 @@ def pool_cells(cells: Sequence[CellStats], scores_all: np.ndarray | None = None)
     out.states = sum(c.states for c in cells)
     floors = [c.floor_states for c in cells]
     out.floor_states = None if any(f is None for f in floors) else sum(floors)
+    maps = [c.map_ece for c in cells]
+    out.map_ece = None if any(m is None for m in maps) else sum(maps)
     sse = [c.sse_o for c in cells]
     out.sse_o = None if any(v is None for v in sse) else sum(sse)
     if scores_all is None or first.n_units * len(scores_all) > DENSE_POOL_LIMIT:

@@ -15,8 +15,10 @@ Metrics (pixels pooled within a cell; a map is ``H x W`` pixels):
   and, separately, ``auc_pr_trapezoid`` (the trapezoid AUC-PR of the paper);
 * F2S: ``brier`` with ``brier_reliability``, ``brier_resolution``,
   ``brier_uncertainty`` and ``brier_residual`` (within-bin spread), ``ece``
-  (``n_bins`` uniform right-closed bins: seed 003 uses 10 for its calibration curves and 15
-  in its ``Var[Z_t]`` studies), and, where the ensemble statistic is known,
+  (``n_bins`` uniform right-closed bins, every pixel of the cell pooled: seed 003 uses 10 for
+  its calibration curves and 15 in its ``Var[Z_t]`` studies), ``ece_seed003`` beside it (seed
+  003's code's ECE: 15 equal-width bins per map, averaged over the maps whose outcomes hold
+  both classes; ``n`` counts those maps) and, where the ensemble statistic is known,
   ``oracle_brier`` (the statistic's Brier against the same realizations) and
   ``excess_brier`` = ``brier - oracle_brier``;
 * ``ece_floor``: where outcomes drawn from the statistic itself are given (``floor_y``:
@@ -202,6 +204,7 @@ def _cell_rows(cell: CellStats, Wu: np.ndarray, inv: np.ndarray, cfg: ScoreConfi
     samples = [cell.resampled(w.astype(np.float64)) for w in Wu]
     n_present = int((cell.n_u > 0).sum())
     M.REGISTRY.require(point, where=f"fire-spread cell {stratum!r}")
+    n_of = {} if cell.map_ece is None else {"ece_seed003": int(cell.map_ece[1].sum())}  # the maps averaged
     rows = []
     for name, value in point.items():
         boot = np.array([smp.get(name, np.nan) for smp in samples])[inv]
@@ -209,7 +212,7 @@ def _cell_rows(cell: CellStats, Wu: np.ndarray, inv: np.ndarray, cfg: ScoreConfi
         lo, hi = percentile_interval(boot, cfg.percentiles, fallback=(value, value))
         ok = bool(np.isfinite(value))  # else a 0/0 ratio (no burnt pixel, none forecast): null, noted
         rows.append({"t": t, "stratum": stratum, "metric": name, "value": float(value) if ok else None,
-                     "lo": lo if ok else None, "hi": hi if ok else None, "n": n, "n_units": n_present,
+                     "lo": lo if ok else None, "hi": hi if ok else None, "n": n_of.get(name, n), "n_units": n_present,
                      "note": None if ok else M.ZERO_DIVISION})
     return rows
 
@@ -262,6 +265,7 @@ def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence, collect: dict | No
     scores_all, rank = distinct_ranks(ms.p)
     bins = M._bin_ids(ms.p, cfg.n_bins).astype(np.int16 if cfg.n_bins < 2**15 else np.int64)
     obins = None if ms.floor_y is None else M._bin_ids(ms.oracle, cfg.n_bins).astype(bins.dtype)
+    seed_ece = M.ece_per_map(ms.p, ms.y, ms.valid)  # seed 003's ECE of every map (NaN: one outcome only)
     cells = _cells(ms)
     # atoms: maps that fall in the same cells; every cell is a union of atoms, so each
     # pixel is gathered once and every cell is pooled from the sufficient statistics
@@ -284,7 +288,8 @@ def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence, collect: dict | No
             u = np.broadcast_to(ms.unit[sel][:, None], mask.shape)[mask]
         atoms[a_id] = CellStats(take(ms.p), take(ms.y), u, None if ms.oracle is None else take(ms.oracle), n_units, cfg,
                             None if ms.floor_y is None else take(ms.floor_y), inv=take(rank), scores=scores_all,
-                            b=take(bins), bo=None if obins is None else take(obins))
+                            b=take(bins), bo=None if obins is None else take(obins),
+                            maps=(seed_ece[sel], ms.unit[sel]))
     for j, (t, stratum, sel) in enumerate(cells):
         parts = [atoms[a] for a in np.flatnonzero(patterns[:, j]) if a in atoms]
         if not parts:

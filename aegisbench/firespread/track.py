@@ -6,7 +6,7 @@ statistic, stratified by ``Var[Z_t]`` and Dice; seed 003).
 Rows of ``metrics.parquet`` use the shared results schema: ``track`` and ``source``
 are ``firespread``, ``config`` is ``firespread_s<level>``, ``corruption`` is
 ``stochasticity``, ``family`` is ``firespread`` and ``severity`` the S-level; ``n`` is
-the number of scored pixels (maps for ``*_sd_maps``), ``n_units`` the initial
+the number of scored pixels (maps for ``*_sd_maps`` and ``ece_seed003``), ``n_units`` the initial
 conditions with data (the bootstrap units). ``calibration.parquet`` holds the
 calibration curve of every config and ``calibration.png`` draws them;
 ``strata.parquet`` (same columns) holds the all-frames cells pooled over every
@@ -33,6 +33,7 @@ from aegisbench.firespread.ensemble import burnt_masks, dice
 from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset, score_pooled
 from aegisbench.firespread.submission import FORECASTS, Key, expected_keys, read_forecasts
 from aegisbench.firespread.truth import EnsembleTruth, TaskSpec, read_test_truth
+from aegisbench.metrics.forecast import SEED003_ECE_BINS
 from aegisbench.vocab import FIRESPREAD, STRATA_FILE
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ def score_forecasts(sub, index, params, executor=None, progress: bool = False) -
         "f2r_threshold": {"value": task.threshold, "rule": "declared by the dataset (burnt iff p > threshold); "
                           "the same for every submission and S-level"},
         "ece_bins": task.ece_bins,
+        "ece_seed003": {"bins": SEED003_ECE_BINS, "rule": "seed 003's code (calibration.get_ece per sample): each "
+                        "map's ECE over equal-width bins, averaged over the maps holding both outcomes"},
         "bootstrap": {"n_resamples": params.bootstrap.n_resamples, "percentiles": list(params.bootstrap.percentiles),
                       "unit": "initial condition", "method": "percentile"},
         "configs": {FIRESPREAD: configs}})

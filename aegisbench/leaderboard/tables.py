@@ -33,7 +33,7 @@ from aegisbench.vocab import FIRESPREAD, TRACKS
 # metric is (direction, bounds, unit, label) is the registry's, never a list here.
 DETECTION_HEAT = selection("recall", "precision", "f1", "map50", "fp", "relative_drop_recall", "time_to_detect_min")
 F2R_HEAT = selection("f1", "precision", "recall", "average_precision", "auc_pr_trapezoid")
-F2S_HEAT = selection("brier", "ece", "excess_brier", "brier_reliability", "brier_resolution")
+F2S_HEAT = selection("brier", "ece", "ece_seed003", "excess_brier", "brier_reliability", "brier_resolution")
 CMAP = colormaps["RdYlBu"]
 COLLAPSE_BG = "#141414"
 MODEL_COLOURS = [colors.to_hex(c) for c in colormaps["tab10"].colors]

@@ -34,8 +34,8 @@ from aegisbench.metrics.warp import (deception_counts, deception_heatmap, flip_p
                                      gamma_rates, map_percent_loss, warp_summary)
 from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibration_update, _check_prob,
                                          _pr_curve, auc_pr_trapezoid, average_precision, brier_decomposition,
-                                         brier_score, calibration_curve, expected_calibration_error,
-                                         weighted_pr_areas)
+                                         brier_score, calibration_curve, ece_per_map,
+                                         expected_calibration_error, weighted_pr_areas)
 from aegisbench.metrics.condition import ZERO_DIVISION, Cell, ConditionBootstrap, ConditionContext, condition_cells
 from aegisbench.metrics import per_condition as _per_condition  # noqa: F401  (registers the metrics)
 from aegisbench.metrics.declared import SD_MAPS
@@ -47,8 +47,8 @@ __all__ = [
     "SD_MAPS", "SIZE_BANDS", "UNBOUNDED", "UNORDERED", "Cell", "ConditionBootstrap", "ConditionContext", "Family",
     "MetricRegistry", "MetricSpec", "SilentFailureParams", "auc_pr_trapezoid", "average_precision",
     "brier_decomposition", "brier_score", "calibration_curve", "condition_cells", "correct_frames",
-    "deception_counts", "deception_heatmap", "declare", "effectiveness_breakdown", "effectiveness_interval",
-    "effectiveness_of", "effectiveness_score", "expected_calibration_error", "f1", "family",
+    "deception_counts", "deception_heatmap", "declare", "ece_per_map", "effectiveness_breakdown",
+    "effectiveness_interval", "effectiveness_of", "effectiveness_score", "expected_calibration_error", "f1", "family",
     "flip_probabilities", "gamma_count_table", "gamma_rates", "higher_is_better", "image_counts",
     "image_level_prf", "image_positive", "label", "localization_stability", "map_percent_loss", "metric",
     "metric_group", "precision", "selection", "recall", "recall_by_size", "relative_drop", "sequence_delays",

@@ -22,7 +22,8 @@ QUARTER = (0.0, 0.25)  # a variance of binary outcomes, or a part of one
 VALIDATION = declare(
     MetricSpec("frozen_threshold", DETECTION_TRACKS, UNORDERED, "Frozen threshold", bounds=UNIT, unit="score",
                description="Confidence threshold frozen at the maximum pooled F1 on clean validation "
-                           "(ties: the higher), applied unchanged to every condition."),
+                           "(ties: the higher) over the track's candidates (smoke: seed 001's grid 0.01..0.20; sar: "
+                           "every clean validation score), applied unchanged to every condition."),
     MetricSpec("val_f1", DETECTION_TRACKS, HIGHER, "Validation F1", bounds=UNIT,
                description="Pooled F1 on the clean validation split at the frozen threshold."),
     MetricSpec("val_recall", DETECTION_TRACKS, HIGHER, "Validation recall", bounds=UNIT,
@@ -69,8 +70,11 @@ FIRESPREAD_CELLS = declare(
         "each held-out realization (scikit-learn's average_precision_score).", full_scale=True),
     _fs("auc_pr_trapezoid", HIGHER, "F2R AUC-PR (trapezoid)", "Trapezoidal area under the pixel PR curve, "
         "as seed 003 reports it (not AP).", full_scale=True),
-    _fs("ece", LOWER, "F2S ECE", "Expected calibration error over uniform right-closed bins: sum of "
-        "|I_k| / N |mean y_k - mean p_k|."),
+    _fs("ece", LOWER, "F2S ECE", "Expected calibration error over uniform right-closed bins (ece_bins), every "
+        "pixel of the cell pooled: sum of |I_k| / N |mean y_k - mean p_k|."),
+    _fs("ece_seed003", LOWER, "F2S ECE, seed 003 (per map)", "Seed 003's ECE as its code "
+        "computes it (calibration.get_ece per sample): the ECE of each map over 15 equal-width bins, averaged over "
+        "the maps whose outcomes hold both burnt and unburnt cells; n counts those maps."),
     _fs("ece_floor", UNORDERED, "ECE floor", "ECE of the ensemble statistic against as many fresh realizations "
         "of its own ensemble: an ece inside its range is finite-sample noise."),
     _fs("brier", LOWER, "F2S Brier", "Mean squared error of the burn probabilities against the realizations."),

@@ -1,7 +1,8 @@
 """Probabilistic forecasts (the fire-spread track): Brier score and its decomposition,
-calibration curve and ECE, average precision and the trapezoid AUC-PR. AP and AUC-PR are
-one curve (:func:`_pr_from_cumulative`) and one area formula each, whether the samples
-come as pixels (:func:`average_precision`) or as weights per distinct score
+calibration curve and ECE (pooled; per map, as seed 003 averages it: :func:`ece_per_map`),
+average precision and the trapezoid AUC-PR. AP and AUC-PR are one curve
+(:func:`_pr_from_cumulative`) and one area formula each, whether the samples come as
+pixels (:func:`average_precision`) or as weights per distinct score
 (:func:`weighted_pr_areas`: the fire-spread scorer's pooled and re-weighted tables).
 Streaming use goes through :func:`_calibration_update` / :func:`_calibration_compute`
 (per-bin sufficient statistics), which the fire-spread scorer pools and re-weights.
@@ -77,6 +78,40 @@ def calibration_curve(p, y, n_bins: int = 10) -> tuple[np.ndarray, np.ndarray]:
 def expected_calibration_error(p, y, n_bins: int = 10) -> float:
     """``sum_k |I_k| / N * |mean y_k - mean p_k|`` over the :func:`calibration_curve` bins."""
     return _calibration_compute(_calibration_update(None, p, y, n_bins))["ece"]
+
+
+#: seed 003's ECE: bins of its code's ``calibration.get_ece`` (the ``uncertainty-calibration`` package)
+SEED003_ECE_BINS = 15
+_MAP_CHUNK = 256  # maps binned at once by :func:`ece_per_map`
+
+
+def ece_per_map(p, y, valid=None, n_bins: int = SEED003_ECE_BINS) -> np.ndarray:
+    """ECE of every map (row of ``p``) on its own pixels, as seed 003's code computes it per sample:
+    ``sum_k |I_k| / N |mean p_k - mean y_k|`` = ``sum_k |sum_{I_k} (p - y)| / N`` over ``n_bins``
+    equal-width bins with edges ``k / n_bins``, right-closed, the first also holding 0 (``get_ece``
+    with ``get_equal_prob_bins``). NaN for a map whose (``valid``) outcomes are all 0 or all 1: the
+    seed's evaluation skips such a sample, so a mean over maps leaves it out.
+
+    >>> ece_per_map([[0.25, 0.75, 0.75, 0.25], [0.5, 0.5, 0.5, 0.5]], [[0, 1, 1, 1], [0, 0, 0, 0]], n_bins=2).tolist()
+    [0.25, nan]
+    """
+    p = np.asarray(p)
+    p = p.reshape(len(p), -1)
+    y = np.asarray(y, bool).reshape(p.shape)
+    v = np.ones(p.shape, bool) if valid is None else np.asarray(valid, bool).reshape(p.shape)
+    if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
+        raise ValueError(f"n_bins must be a positive int, got {n_bins!r}")
+    edges = np.arange(1, n_bins) / n_bins  # k / n exactly as get_equal_prob_bins computes them
+    out = np.full(len(p), np.nan)
+    for a in range(0, len(p), _MAP_CHUNK):
+        pa, ya, va = p[a:a + _MAP_CHUNK].astype(np.float64), y[a:a + _MAP_CHUNK], v[a:a + _MAP_CHUNK]
+        rows = len(pa)
+        key = (np.arange(rows)[:, None] * n_bins + np.searchsorted(edges, pa))[va]
+        gap = np.bincount(key, weights=(pa - ya)[va], minlength=rows * n_bins).reshape(rows, n_bins)
+        n, pos = va.sum(axis=1), (ya & va).sum(axis=1)
+        both = (pos > 0) & (pos < n)
+        out[a:a + rows] = np.where(both, ratio(np.abs(gap).sum(axis=1), n, np.nan), np.nan)
+    return out
 
 
 def brier_decomposition(p, y, n_bins: int = 10) -> dict[str, float]:
