@@ -1,23 +1,26 @@
 """Typed view of ``params.yaml``: the single source of every build parameter.
 
 >>> p = Params.from_dict({"benchmark_version": "1.2.3", "sources": {}})
->>> p.benchmark_version, p.build.rows_per_shard
-('1.2.3', 16)
+>>> p.benchmark_version, p.build.rows_per_shard, len(p.warp.noise_levels)
+('1.2.3', 16, 21)
+>>> noise_levels({"start": 0.001, "stop": 0.4, "step": 0.001})[-3:], len(noise_levels("0.001:0.4:0.001"))
+((0.398, 0.399, 0.4), 400)
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aegisbench.attribution import check_citation, check_homepage, spdx_license
 from aegisbench.errors import BadInput
-from aegisbench.fields import check_choice, check_int
+from aegisbench.fields import check_choice, check_int, is_finite_number
 from aegisbench.hashing import json_sha256
 from aegisbench.readers import read_yaml
-from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS
+from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS, WARP_GRID
 
 if TYPE_CHECKING:  # imported lazily at run time (the fire-spread package is optional work)
     from aegisbench.firespread.params import FirespreadParams
@@ -65,7 +68,6 @@ class BuildParams:
     workers: int = 1
     conditions: tuple[str, ...] = ()  # condition configs beyond ``clean`` ("all" = the 27)
     compound: tuple[str, ...] = ()  # e.g. "low_light_s2+inundation_s2"
-    warp_noise_levels: tuple[float, ...] = ()  # WARP global-noise levels a (smoke track)
     geometry: str = "frame"
     severity_table: str | None = None  # fitted table written by `aegisbench calibrate --fit`
     withhold_labels: tuple[str, ...] = ()  # splits built without boxes (their labels go to paths.private_labels)
@@ -77,6 +79,105 @@ class BuildParams:
         check_choice(self.geometry, "geometry", GEOMETRIES, error=BadInput, where=f"{where}.geometry")
 
 
+#: Seed 000's global sanity check: a = 0.001 .. 0.400 in steps of 0.001, 400 levels (its Fig. 5).
+SEED000_NOISE_LEVELS = {"start": 0.001, "stop": 0.4, "step": 0.001}
+#: The default sweep: 0.02 .. 0.40 in steps of 0.02 plus the seed's headline level 0.21 (21 levels).
+DEFAULT_NOISE_LEVELS = tuple(sorted({k / 50 for k in range(1, 21)} | {0.21}))
+
+
+def _thousandths(v, where: str) -> int:
+    """``v`` (a number in [0, 1] and a multiple of 0.001: a level names its results config
+    ``warp_noise_<thousandths>``) in thousandths."""
+    if not is_finite_number(v) or not 0.0 <= v <= 1.0:
+        raise BadInput(f"a noise level must be a number in [0, 1], got {v!r}", where=where)
+    k = round(float(v) * 1000)
+    if abs(k - float(v) * 1000) > 1e-6:
+        raise BadInput(f"a noise level must be a multiple of 0.001 (results name it warp_noise_<thousandths>), "
+                       f"got {v!r}", where=where)
+    return k
+
+
+def _range_levels(start, stop, step, where: str) -> list[int]:
+    lo, hi, dk = (_thousandths(v, where) for v in (start, stop, step))
+    if dk < 1:
+        raise BadInput(f"step must be a positive multiple of 0.001, got {step!r}", where=where)
+    if hi < lo:
+        raise BadInput(f"stop {stop!r} is below start {start!r}: the levels must increase", where=where)
+    return list(range(lo, hi + 1, dk))
+
+
+def noise_levels(spec, where: str = "params.yaml: warp.noise_levels") -> tuple[float, ...]:
+    """WARP global-noise levels from a list of numbers, a ``{start, stop, step}`` mapping
+    (stop included) or text (``"0.02,0.1,0.21"`` or ``"start:stop:step"``); BadInput naming
+    ``where`` unless they are strictly increasing multiples of 0.001 in [0, 1]."""
+    if isinstance(spec, str):
+        text = spec.replace(" ", "")
+        try:
+            parts = [float(x) for x in text.split(":" if ":" in text else ",")]
+        except ValueError:
+            raise BadInput(f"expected numbers separated by ',' or start:stop:step, got {spec!r}", where=where) from None
+        if ":" in text and len(parts) != 3:
+            raise BadInput(f"a range is start:stop:step, got {spec!r}", where=where)
+        spec = dict(zip(("start", "stop", "step"), parts)) if ":" in text else parts
+    if isinstance(spec, Mapping):
+        if set(spec) != {"start", "stop", "step"}:
+            raise BadInput(f"a range needs exactly start, stop and step, got {sorted(spec)}", where=where)
+        ks = _range_levels(spec["start"], spec["stop"], spec["step"], where)
+    elif isinstance(spec, (list, tuple)) and spec:
+        ks = [_thousandths(v, where) for v in spec]
+    else:
+        raise BadInput(f"must be a non-empty list of levels or a {{start, stop, step}} range, got {spec!r}",
+                       where=where)
+    for i in range(1, len(ks)):
+        if ks[i] <= ks[i - 1]:
+            raise BadInput(f"must be strictly increasing: {ks[i] / 1000:g} (entry {i}) follows "
+                           f"{ks[i - 1] / 1000:g}", where=where)
+    return tuple(k / 1000 for k in ks)
+
+
+def patch_images(v, where: str = "params.yaml: warp.images") -> int | None:
+    """Images of the patch test per source: a positive integer, or ``all`` (None)."""
+    if v is None or v == "all":
+        return None
+    return check_int(v, "images", lo=1, error=BadInput, where=where)
+
+
+@dataclass(frozen=True)
+class WarpTestParams:
+    """WARP (seed 000) on the smoke track (``params.yaml: warp``), run by ``aegisbench
+    warp-detect`` on the clean test frames of the smoke sources; the dataset stores none of it.
+
+    ``noise_levels``: the global sanity check's levels ``a``, each over every smoke test
+    frame with the noise added to the model's input tensor; ``grid``: the patch test's
+    grid side (``grid**2`` positions); ``images``: smoke-positive test frames per source
+    the patch test runs on, a seeded subsample (None: every one, as seed 000)."""
+
+    noise_levels: tuple[float, ...] = DEFAULT_NOISE_LEVELS
+    grid: int = WARP_GRID
+    images: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise_levels", noise_levels(tuple(self.noise_levels)))
+        check_int(self.grid, "grid", lo=1, error=BadInput, where="params.yaml: warp.grid")
+        patch_images(self.images)
+
+    @classmethod
+    def from_dict(cls, raw, where: str = "params.yaml: warp") -> "WarpTestParams":
+        if raw is None:
+            return cls()
+        if not isinstance(raw, dict):
+            raise BadInput("must be a mapping", where=where)
+        if "max_images" in raw:
+            raise BadInput("renamed warp.images (smoke-positive test frames per source of the patch test; "
+                           "all: every one)", where=f"{where}.max_images")
+        extra = set(raw) - {"noise_levels", "grid", "images"}
+        if extra:
+            raise BadInput(f"unknown keys {sorted(extra)}", where=where)
+        levels = noise_levels(raw["noise_levels"], f"{where}.noise_levels") if "noise_levels" in raw else None
+        return cls(noise_levels=levels or DEFAULT_NOISE_LEVELS, grid=raw.get("grid", WARP_GRID),
+                   images=patch_images(raw.get("images"), f"{where}.images"))
+
+
 @dataclass(frozen=True)
 class Params:
     benchmark_version: str
@@ -86,6 +187,7 @@ class Params:
     dataset_dir: str = "data/aegisbench"
     private_labels_dir: str | None = None  # the private label repo of withheld splits (paths.private_labels)
     firespread: "FirespreadParams | None" = None  # the fire-spread track's ensembles (None: not built)
+    warp: WarpTestParams = WarpTestParams()  # WARP on the smoke track (run at detection time, not built)
     raw: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -110,7 +212,11 @@ class Params:
                 raise BadInput(f"unknown keys {sorted(extra)}", where=f"params.yaml: sources.{name}")
             sources.append(SourceParams(name=name, **spec))
         b = dict(raw.get("build") or {})
-        for key in ("conditions", "compound", "warp_noise_levels", "withhold_labels"):
+        if "warp_noise_levels" in b:  # moved in 0.6.0: the sweep is no longer built into the dataset
+            raise BadInput("moved to warp.noise_levels: WARP global noise is now swept at detection time "
+                           "(aegisbench warp-detect) on the clean smoke test frames, and the dataset stores no "
+                           "warp_noise configs", where="params.yaml: build.warp_noise_levels")
+        for key in ("conditions", "compound", "withhold_labels"):
             b[key] = tuple(b.get(key) or ())
         try:
             build = BuildParams(**b)
@@ -127,7 +233,7 @@ class Params:
         return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
                    build=build, sources_dir=paths.get("sources", "data/sources"),
                    dataset_dir=paths.get("dataset", "data/aegisbench"), private_labels_dir=paths.get("private_labels"),
-                   firespread=firespread, raw=raw)
+                   firespread=firespread, warp=WarpTestParams.from_dict(raw.get("warp")), raw=raw)
 
     @classmethod
     def load(cls, path: str | Path = "params.yaml") -> "Params":

@@ -74,9 +74,13 @@ FIRESPREAD_STATISTIC = "firespread_statistic"
 #: the pooled Var[Z_t]-stratified rows a fire-spread evaluation writes beside its metrics
 STRATA_FILE = "strata.parquet"
 CONDITION_KINDS = (CLEAN, CORRUPTION, COMPOUND, WARP_NOISE, FIRESPREAD_ENSEMBLE, FIRESPREAD_STATISTIC)
-#: Results-only config of the WARP cloud-patch test, and its ``corruption`` value.
+#: Results-only config of the WARP cloud-patch test, and its ``corruption`` value. The WARP
+#: noise sweep's levels are results-only configs too (``warp_noise_<thousandths>``, kind
+#: ``warp_noise``): the repo stores neither test.
 WARP_PATCH = "warp_patch"
 CLOUD_PATCH = "cloud_patch"
+#: The submission files of the two WARP tests (smoke track; ``aegisbench warp-detect`` adds them).
+WARP_PATCH_FILE, WARP_NOISE_FILE = "warp_patch.parquet", "warp_noise.parquet"
 
 #: ``kind`` of a corruption-registry entry: one of the nine disaster corruptions, or a
 #: WARP perturbation (same ``fn(image, rng, **params)`` contract, no severity ladder).

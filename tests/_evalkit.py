@@ -23,20 +23,18 @@ TINY = {
 }
 CONDITIONS = ["low_light_s3", "motion_blur_s1"]  # single-corruption configs of the tiny build
 COMPOUND = ["low_light_s2+inundation_s2"]
-WARP_LEVELS = [0.1]  # -> config warp_noise_100 (smoke track)
 
 _CACHE: dict[str, Path] = {}
 
 
-def tiny_params(root: Path, sources: dict, conditions=(), compound=(), warp_levels=(), dataset: str = "repo",
+def tiny_params(root: Path, sources: dict, conditions=(), compound=(), dataset: str = "repo",
                 firespread: dict | None = None, **build) -> Params:
     """The checkout's params.yaml shrunk for a test: ``sources`` options, the given
     conditions, a fire-spread section only when asked for, data under ``root``."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     for name, opts in sources.items():
         raw["sources"][name]["options"] = opts
-    raw["build"].update(conditions=list(conditions), compound=list(compound),
-                        warp_noise_levels=list(warp_levels), **build)
+    raw["build"].update(conditions=list(conditions), compound=list(compound), **build)
     raw["firespread"] = dict(firespread) if firespread else {"enabled": False}
     raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / dataset)}
     return Params.from_dict(raw)
@@ -51,8 +49,7 @@ def materialize(params: Params) -> None:
 def tiny_repo(tmp_path_factory) -> Path:
     """Build (once per session) a repo with both detection tracks and CONDITIONS."""
     if "repo" not in _CACHE:
-        params = tiny_params(tmp_path_factory.mktemp("evalrepo"), TINY, CONDITIONS, COMPOUND, WARP_LEVELS,
-                             dataset="aegisbench")
+        params = tiny_params(tmp_path_factory.mktemp("evalrepo"), TINY, CONDITIONS, COMPOUND, dataset="aegisbench")
         materialize(params)
         build_repo(params, progress=False)
         _CACHE["repo"] = Path(params.dataset_dir)

@@ -35,7 +35,7 @@ def params_for(tmp, **build) -> Params:
 def repo(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cond")
     params = params_for(tmp, conditions=["low_light_s3", "motion_blur_s1"],
-                        compound=["low_light_s2+inundation_s2"], warp_noise_levels=[0.1])
+                        compound=["low_light_s2+inundation_s2"])
     for src in params.sources:
         materialize_source(src, params.benchmark_version, params.sources_dir)
     build_repo(params, progress=False)
@@ -45,16 +45,14 @@ def repo(tmp_path_factory):
 def test_configs_meta_and_splits(repo):
     path, _ = repo
     m = load_manifest(path)
-    assert sorted(m["configs"]) == ["clean", "low_light_s2__inundation_s2", "low_light_s3",
-                                    "motion_blur_s1", "warp_noise_100"]
+    assert sorted(m["configs"]) == ["clean", "low_light_s2__inundation_s2", "low_light_s3", "motion_blur_s1"]
     assert m["configs"]["low_light_s3"]["meta"] == {
         "kind": "corruption", "corruption": "low_light", "family": "storm", "severity": 3,
         "components": ["low_light_s3"], "warp_level": None}
     assert m["configs"]["low_light_s2__inundation_s2"]["meta"]["components"] == [
         "low_light_s2", "inundation_s2"]
-    # corrupted configs have test splits only; WARP levels only for the smoke track
+    # corrupted configs have test splits only; WARP is not built (warp-detect runs it on clean frames)
     assert set(m["configs"]["low_light_s3"]["splits"]) == {"synthetic_sar", "synthetic_smoke"}
-    assert set(m["configs"]["warp_noise_100"]["splits"]) == {"synthetic_smoke"}
     # rgb sources (the default modality): recorded, and every condition is physical for them
     assert {s["modality"] for n, s in m["sources"].items()} == {"rgb"}
     assert not any("not_physical" in c for c in m["configs"].values())
@@ -64,12 +62,10 @@ def test_configs_meta_and_splits(repo):
 def test_config_modalities_are_the_parts_intersection(tmp_path):
     from aegisbench.builders.conditions import config_specs, not_physical
     params = params_for(tmp_path, conditions=["low_light_s3", "motion_blur_s1"],
-                        compound=["motion_blur_s1+inundation_s2", "motion_blur_s1+smoke_haze_s1"],
-                        warp_noise_levels=[0.1])
+                        compound=["motion_blur_s1+inundation_s2", "motion_blur_s1+smoke_haze_s1"])
     mods = {s.name: s.modalities for s in config_specs(params)}
     assert mods == {"clean": ("rgb", "thermal"), "low_light_s3": ("rgb",), "motion_blur_s1": ("rgb", "thermal"),
-                    "motion_blur_s1__inundation_s2": ("rgb", "thermal"), "motion_blur_s1__smoke_haze_s1": ("rgb",),
-                    "warp_noise_100": ("rgb", "thermal")}
+                    "motion_blur_s1__inundation_s2": ("rgb", "thermal"), "motion_blur_s1__smoke_haze_s1": ("rgb",)}
     raw = dict(params.raw)
     raw["sources"] = {**raw["sources"], "synthetic_smoke": {**raw["sources"]["synthetic_smoke"], "modality": "thermal"}}
     skipped = not_physical(Params.from_dict(raw), config_specs(params))

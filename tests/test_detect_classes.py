@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from _detkit import TINY_YOLO, trained_checkpoint
+from _detkit import TINY_YOLO, framework_kernels, trained_checkpoint
 from _evalkit import gt_table, rewrite_rows, rows_of, write_submission
 from aegisbench.cli import main
 from aegisbench.detectors.interface import DetectorOptions, load_detector
@@ -51,8 +51,9 @@ def _framework(weights, classes):
     """Ultralytics' own predict on FRAME with only ``classes`` (one class among them)."""
     from ultralytics import YOLO
 
-    r = YOLO(str(weights)).predict([np.ascontiguousarray(FRAME[..., ::-1])], imgsz=224, conf=0.0, iou=0.7,
-                                   max_det=300, classes=classes, agnostic_nms=True, verbose=False)[0].boxes
+    with framework_kernels():
+        r = YOLO(str(weights)).predict([np.ascontiguousarray(FRAME[..., ::-1])], imgsz=224, conf=0.0, iou=0.7,
+                                       max_det=300, classes=classes, agnostic_nms=True, verbose=False)[0].boxes
     xyxy = r.xyxy.numpy().astype(np.float32)
     return xyxy[np.lexsort(xyxy.T[::-1])]
 
@@ -185,7 +186,7 @@ def _yolo_folder(root: Path) -> Path:
 
 def test_train_reference_on_a_source_built_from_a_source_dir(tmp_path, capsys):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["build"].update(conditions=[], compound=[], warp_noise_levels=[])
+    raw["build"].update(conditions=[], compound=[])
     raw["firespread"] = {"enabled": False}
     raw["paths"] = {"sources": str(tmp_path / "sources"), "dataset": str(tmp_path / "repo")}
     raw["reference_detector"] = {"epochs": 5, "crop": 64, "imgsz": 64, "batch": 2, "close_mosaic": 0,

@@ -21,7 +21,7 @@ from aegisbench.detectors.interface import Detector, DetectorOptions, load_detec
 from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect, staging_for
 from aegisbench.detectors.tiling import TilingParams
 from aegisbench.errors import BadInput
-from _detkit import trained_checkpoint
+from _detkit import framework_kernels, trained_checkpoint
 from _evalkit import materialize, tiny_params
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def env(tmp_path_factory):
     """A tiny repo (clean + low_light_s3 + one WARP noise level) and saved checkpoints
     (the Ultralytics detectors trained for one epoch: ``detect`` refuses untrained ones)."""
     root = tmp_path_factory.mktemp("det")
-    params = tiny_params(root, TINY, ["low_light_s3"], warp_levels=[0.1])
+    params = tiny_params(root, TINY, ["low_light_s3"])
     materialize(params)
     build_repo(params, progress=False)
 
@@ -81,8 +81,9 @@ def test_ultralytics_adapter_matches_framework_predict(env):
     small, big = rng.integers(0, 256, (240, 320, 3), np.uint8), rng.integers(0, 256, (500, 700, 3), np.uint8)
     out = det.predict([small, big])
     assert det.stats.frames == 2 and det.stats.windows == 1 + 6
-    ref = YOLO(str(env / "tiny.pt")).predict([np.ascontiguousarray(small[..., ::-1])], imgsz=320, conf=0.0,
-                                            verbose=False)[0].boxes
+    with framework_kernels():  # the kernels detect runs a CPU model on
+        ref = YOLO(str(env / "tiny.pt")).predict([np.ascontiguousarray(small[..., ::-1])], imgsz=320, conf=0.0,
+                                                verbose=False)[0].boxes
     order = np.lexsort(out[0].xyxy.T[::-1])
     want = ref.xyxy.numpy()[np.lexsort(ref.xyxy.numpy().T[::-1])]
     assert len(out[0]) == len(want) > 0
@@ -254,8 +255,11 @@ def test_device_auto_falls_back(env, tmp_path):
 def test_warp_detect_smoke_track(env, tmp_path):
     out = tmp_path / "submissions" / "smoke"
     assert _detect(env, out, "smoke") == 0
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({"warp": {"noise_levels": [0.1, 0.3], "grid": 5, "images": 1}}))
     assert main(["warp-detect", "--detector", "yolo", "--weights", str(env / "tiny.pt"), "--dataset",
-                 str(env / "repo"), "--out", str(out), "--grid", "3", "--max-images", "1", *FAST]) == 0
+                 str(env / "repo"), "--out", str(out), "--params", str(tmp_path / "p.yaml"), "--grid", "3", *FAST]) == 0
+    noise = pq.read_table(out / "warp_noise.parquet")
+    assert set(noise.column("config").to_pylist()) <= {"warp_noise_100", "warp_noise_300"}
     t = pq.read_table(out / "warp_patch.parquet")
     assert set(t.column_names) == {"split", "image_id", "position", "row", "col", "x1", "y1", "x2", "y2", "score",
                                    "label"}
@@ -264,11 +268,15 @@ def test_warp_detect_smoke_track(env, tmp_path):
     assert (np.asarray(t.column("row").to_pylist()) == pos // 3).all()
     assert len(set(t.column("image_id").to_pylist())) == 1
     meta = yaml.safe_load((out / "submission.yaml").read_text())
-    assert meta["warp_patch"]["grid"] == 3 and len(meta["warp_patch"]["images"]) == 1
+    assert meta["warp_patch"]["grid"] == 3 and len(meta["warp_patch"]["images"]) == 1  # --grid over --params
+    assert meta["warp_noise"] == {"levels": [0.1, 0.3], "noise_at": "model_input"}
     assert main(["validate", str(out), "--dataset", str(env / "repo")]) == 0  # grid read from submission.yaml
     assert main(["evaluate", str(out), "--dataset", str(env / "repo"), "--out", str(tmp_path / "results"),
                  "--n-resamples", "10"]) == 0
-    assert list((tmp_path / "results").rglob("warp_patch*"))
+    assert list((tmp_path / "results").rglob("warp_patch*")) and list((tmp_path / "results").rglob("warp_noise.json"))
+    assert main(["warp-detect", "--detector", "yolo", "--weights", str(env / "tiny.pt"), "--dataset",  # old flag
+                 str(env / "repo"), "--out", str(out), "--only", "patch", "--grid", "2", "--max-images", "1", *FAST]) == 0
+    assert yaml.safe_load((out / "submission.yaml").read_text())["warp_patch"]["grid"] == 2
     from aegisbench.detectors.warp_runner import run_warp
     with pytest.raises(BadInput, match="submission's own model"):
         run_warp(load_detector("rtdetr", env / "rtdetr.pt"), env / "repo", out)

@@ -74,8 +74,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert set(manifest["configs"]["clean"]["splits"]) == {
         "synthetic_sar", "synthetic_sar_val", "synthetic_smoke", "synthetic_smoke_val"}
     assert sorted(manifest["configs"]) == ["clean", "firespread_s0", "firespread_s30", "firespread_statistic",
-                                           "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1",
-                                           "warp_noise_100"]
+                                           "low_light_s2__inundation_s2", "low_light_s3", "rain_streaks_s1"]
     assert manifest["configs"]["firespread_s30"]["splits"]["firespread"]["rows"] == 20  # 1 test IC x 20
     for key in ("sar", "smoke"):  # the weights and a path-free recipe, nothing else (scores: detect + evaluate)
         model = repo / f"data/models/reference_{key}"
@@ -83,6 +82,10 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
         recipe = (model / "train.json").read_text()
         assert str(repo) not in recipe and "/tmp" not in recipe and '"weights_sha256"' in recipe
     assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
+    # WARP noise: not built, swept by warp-detect at warp.noise_levels; each L(a) with its interval
+    sweep = json.loads((repo / "results/reference_smoke/warp_noise.json").read_text())["synthetic_smoke"]
+    assert [lv["a"] for lv in sweep["levels"]] == [0.1, 0.2, 0.4]  # (a one-epoch model: L may be 0/0, null)
+    assert all(lv["lo"] is None or lv["lo"] <= lv["hi"] for lv in sweep["levels"])
     # the leaderboard: every submission merged, reference rows first, nothing skipped
     board = (repo / "leaderboard/README.md").read_text()
     assert "reference_sar" in board and "firespread_oracle" in board
@@ -132,6 +135,10 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     third = _run([*dvc, "repro"], repo, env)
     ran = _ran(third)
     assert ran == sorted([f"evaluate@{s}" for s in params["submissions"]] + ["leaderboard"]), ran
+    params["warp"]["noise_levels"] = [0.1, 0.3]  # no rebuild: the sweep runs at detection time
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ran = _ran(_run([*dvc, "repro"], repo, env))
+    assert ran == ["detect_reference_smoke", "evaluate@reference_smoke", "leaderboard"], ran
 
     # the compact metrics: a few values per model and per calibration ladder
     shown = json.loads(_run([*dvc, "metrics", "show", "--json"], repo, env))

@@ -27,7 +27,7 @@ from aegisbench.evaluation.version import EVALUATOR_VERSION
 from aegisbench.evaluation.submission import validate_submission
 from aegisbench.evaluation.warp_eval import patch_boxes
 from aegisbench.leaderboard.results import read_entry
-from aegisbench.predictions import Detections
+from aegisbench.predictions import Detections, write_parquet_predictions
 
 FAST = EvaluationParams(bootstrap=BootstrapParams(n_resamples=200))
 FP_BOX = [1.0, 1.0, 9.0, 9.0]  # far from every GT box of the synthetic sources
@@ -190,17 +190,21 @@ def test_coco_form_scores_like_parquet(tmp_path, repo, index):
 
 
 def test_warp_noise_map_percent_loss(tmp_path, repo, index):
-    warp = [c for c in index.configs() if index.meta(c).get("kind") == "warp_noise"]
-    assert warp
-    table = gt_table(index, "smoke", shift=lambda c, s: np.array([2.0, 1.0, 2.0, 1.0]) if c in warp else 0.0)
-    m = metrics_of(run(write_submission(tmp_path / "warp", index, "smoke", table), repo, tmp_path))
-    for config in warp:
-        after = m[("synthetic_smoke", config, "map50_95")]["value"]
-        before = m[("synthetic_smoke", "clean", "map50_95")]["value"]
-        assert before == pytest.approx(1.0) and after < before
-        loss = m[("synthetic_smoke", config, "warp_map_loss")]["value"]
-        assert loss == pytest.approx((before - after) / before * 100) and loss > 0  # positive = a loss
-    assert not any(k[2] == "warp_map_loss" for k in m if k[1] not in warp)
+    """The noise sweep's rows: config warp_noise_<a> (results only: the repo stores no noise),
+    mAP50-95 on the clean test frames and L(a) = 100 (clean - noisy) / clean with its interval."""
+    assert not [c for c in index.configs() if c.startswith("warp_noise")]
+    folder = write_submission(tmp_path / "warp", index, "smoke", gt_table(index, "smoke"))
+    shifted = gt_table(index, "smoke", shift=lambda c, s: np.array([2.0, 1.0, 2.0, 1.0]), configs=["clean"])
+    noise = {("warp_noise_100", s, i): d for (c, s, i), d in shifted.items() if not s.endswith("_val")}
+    write_parquet_predictions(noise, folder / "warp_noise.parquet")
+    m = metrics_of(run(folder, repo, tmp_path))
+    after = m[("synthetic_smoke", "warp_noise_100", "map50_95")]["value"]
+    before = m[("synthetic_smoke", "clean", "map50_95")]["value"]
+    assert before == pytest.approx(1.0) and after < before
+    row = m[("synthetic_smoke", "warp_noise_100", "warp_map_loss")]
+    assert row["value"] == pytest.approx((before - after) / before * 100) and row["value"] > 0  # positive = a loss
+    assert row["lo"] <= row["value"] <= row["hi"] and (row["corruption"], row["family"]) == ("warp_noise", None)
+    assert not any(k[2] == "warp_map_loss" for k in m if k[1] != "warp_noise_100")
 
 
 # -------------------------------------------------------------------- smoke
@@ -235,19 +239,23 @@ def test_smoke_time_to_detect_image_level_and_warp_patch(tmp_path, repo, index):
         decoys = {312, 3 * k % 625}
         positive = image_id not in first.values()
         alpha = beta = 0.0
-        deceptions = 0
+        deceptions = deceived = 0
         for j in range(625):
             boxes = [] if j in flips else [(tuple(g.boxes[k][0]), 0.9)]
             if j in decoys:
                 boxes.append((tuple(float(v) for v in pb[j]), 0.95))
+            if j == 312:  # a second box on the centre patch: seed 000's D_i counts it, positions do not
+                boxes.append((tuple(float(v) + 1.0 for v in pb[j]), 0.8))
+            hits = 0
             for b, s in boxes:
                 rows.append({"split": "synthetic_smoke", "image_id": image_id, "position": j, "row": j // 25,
                              "col": j % 25,
                              "x1": b[0], "y1": b[1], "x2": b[2], "y2": b[3], "score": s})
-                deceptions += _iou(b, pb[j]) >= 0.5
+                hits += _iou(b, pb[j]) >= 0.5
+            deceptions, deceived = deceptions + hits, deceived + (hits > 0)
             alpha += positive and not boxes
             beta += (not positive) and bool(boxes)
-        expect[image_id] = (alpha / 625, beta / 625, deceptions)
+        expect[image_id] = (alpha / 625, beta / 625, deceptions, deceived)
     pq.write_table(pa.Table.from_pylist(rows), folder / "warp_patch.parquet")
     declared = {"grid": 25, "patch_px": None, "images": [f"synthetic_smoke/{i}" for i in listed]}
     (folder / "submission.yaml").write_text(yaml.safe_dump(meta(index, "smoke", warp_patch=declared)))
@@ -255,8 +263,8 @@ def test_smoke_time_to_detect_image_level_and_warp_patch(tmp_path, repo, index):
     m = metrics_of(out)
     src = "synthetic_smoke"
     assert read_entry(out).metrics.height == len(m)  # WARP and compound rows pass the leaderboard's checks
-    assert (m[(src, "warp_noise_100", "recall")]["corruption"], m[(src, "warp_noise_100", "recall")]["family"]) == \
-        ("warp_noise", None)
+    assert (m[(src, "warp_patch", "gamma")]["corruption"], m[(src, "warp_patch", "gamma")]["family"]) == \
+        ("cloud_patch", None)
     ttd = pl.read_parquet(out / "time_to_detect.parquet").filter(pl.col("config") == "clean").sort("group_id")
     want, minutes = [], []
     for group, image_id in sorted(first.items()):
@@ -279,6 +287,11 @@ def test_smoke_time_to_detect_image_level_and_warp_patch(tmp_path, repo, index):
     assert per["beta"].to_list() == pytest.approx([expect[i][1] for i in sorted(expect)])
     assert per["deceptions"].to_list() == [expect[i][2] for i in sorted(expect)]
     assert m[(src, "warp_patch", "gamma")]["value"] == pytest.approx(np.mean([e[2] / 625 for e in expect.values()]))
+    assert m[(src, "warp_patch", "gamma_positions")]["value"] == pytest.approx(
+        np.mean([e[3] / 625 for e in expect.values()]))
+    assert all(e[2] > e[3] for e in expect.values())  # the centre patch's two boxes: gamma counts both
+    assert per["gamma"].to_list() == pytest.approx([expect[i][2] / 625 for i in sorted(expect)])
+    assert per["gamma_positions"].to_list() == pytest.approx([expect[i][3] / 625 for i in sorted(expect)])
     assert m[(src, "warp_patch", "alpha")]["value"] == pytest.approx(np.mean([e[0] for e in expect.values()]))
     doc = json.loads((out / "warp_patch.json").read_text())[src]
     assert doc["heatmap"][312 // 25][312 % 25] >= len(expect)  # every image has a decoy in the centre cell

@@ -29,9 +29,9 @@ TINY_FIRESPREAD = {"grid": [12, 12], "realizations": 6, "s_levels": [0, 20], "in
 
 
 def tiny_params(root: Path, rows_per_shard: int = 2, firespread: bool = True) -> Params:
-    """Two synthetic sources (clean + low_light_s3 + one WARP level), a tiny fire-spread
-    section, data under ``root``."""
-    return evalkit_params(root, TINY_SOURCES, ["low_light_s3"], warp_levels=[0.1],
+    """Two synthetic sources (clean + low_light_s3), a tiny fire-spread section, data
+    under ``root``."""
+    return evalkit_params(root, TINY_SOURCES, ["low_light_s3"],
                           firespread=TINY_FIRESPREAD if firespread else None, rows_per_shard=rows_per_shard,
                           workers=1)
 

@@ -396,5 +396,5 @@ def test_markdown_warp_section_reports_positive_loss_lower_is_better(tmp_path):
     warp = md[md.index("### WARP (seed 000)"):]
     assert "**lower is better**" in warp and "a positive percentage" in warp
     assert "| `warp_noise_400` | 94.700 |" in warp and "| `warp_noise_100` | 3.300 |" in warp
-    assert "| γ: patch detected as smoke (deceived) | 0.400 [0.350, 0.460] |" in warp
+    assert "| γ: deceiving detections per patch position | 0.400 [0.350, 0.460] |" in warp
     assert "| β: negative image turned positive | — |" in warp  # not reported: no cell, no number

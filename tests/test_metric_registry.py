@@ -20,6 +20,7 @@ from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
 from aegisbench.evaluation.warp_eval import patch_boxes
 from aegisbench.leaderboard.build import build_leaderboard
+from aegisbench.predictions import write_parquet_predictions
 
 ROOT = Path(__file__).resolve().parents[1]
 FAST = EvaluationParams(bootstrap=BootstrapParams(n_resamples=100))
@@ -50,6 +51,17 @@ def _warp_patch(index, folder: Path) -> None:
                       "x1": float(b[0]), "y1": float(b[1]), "x2": float(b[2]), "y2": float(b[3]), "score": 0.95}
                      for b in boxes]
     pq.write_table(pa.Table.from_pylist(rows), folder / "warp_patch.parquet")
+
+
+def _warp_noise(index, folder: Path, table: dict) -> None:
+    """A WARP noise sweep file: the submission's clean test boxes at two levels, fewer at the second."""
+    rows = {}
+    for (config, split, image_id), det in table.items():
+        if config == "clean" and not split.endswith("_val"):
+            rows[("warp_noise_100", split, image_id)] = det
+            if len(rows) % 2:
+                rows[("warp_noise_210", split, image_id)] = det
+    write_parquet_predictions(rows, folder / "warp_noise.parquet")
 
 
 def _check_rows(df: pl.DataFrame) -> None:
@@ -104,17 +116,21 @@ def test_a_function_returning_a_name_it_did_not_register_is_refused():
 
 @pytest.mark.parametrize("track", ["sar", "smoke"])
 def test_every_row_of_a_detection_evaluation_is_registered(tmp_path, repo, index, track):
-    folder = write_submission(tmp_path / f"noisy_{track}", index, track, _noisy(index, track))
+    table = _noisy(index, track)
+    folder = write_submission(tmp_path / f"noisy_{track}", index, track, table)
     if track == "smoke":
         _warp_patch(index, folder)
+        _warp_noise(index, folder, table)
     out = evaluate_submission(folder, repo, tmp_path / "results", FAST, verify=False)
     df = pl.read_parquet(out / "metrics.parquet")
     _check_rows(df)
     names = set(df["metric"].to_list())
     assert {"tp", "recall", "map50", "relative_drop_map50", "effectiveness", "frozen_threshold"} <= names
     assert names & set(M.RECALL_BY_SIZE.names.values()) and names & set(M.EFFECTIVENESS_BY_SIZE.names.values())
-    if track == "smoke":  # the smoke practice rows, a WARP noise config and the patch test
-        assert {"image_f1", "time_to_detect_min", "sequences_detected", "warp_map_loss", "alpha", "gamma"} <= names
+    if track == "smoke":  # the smoke practice rows, the WARP noise sweep and the patch test
+        assert {"image_f1", "time_to_detect_min", "sequences_detected", "warp_map_loss", "alpha", "gamma",
+                "gamma_positions"} <= names
+        assert {"warp_noise_100", "warp_noise_210"} <= set(df.filter(pl.col("metric") == "warp_map_loss")["config"])
     assert names <= set(M.REGISTRY.names(track))
 
 

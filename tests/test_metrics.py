@@ -96,8 +96,11 @@ def test_warp_flip_probabilities_and_deception():
     counts = M.deception_counts(patches, dets)
     assert counts.tolist() == [0] * 6 + [2] + [0] * 18
     per_img = np.stack([counts, np.zeros(25, int)])
-    # two deceiving boxes on one patch position deceive once: D = 1 of A = 25 positions
-    assert M.gamma_rates(per_img).tolist() == [0.04, 0.0]
+    # seed 000's D_i counts deceiving detections: the two boxes on position 6 make D = 2 of A = 25
+    assert M.gamma_rates(per_img).tolist() == [2 / 25, 0.0]
+    # ... and they deceive one position of 25 (the share of positions deceived, its own metric)
+    assert M.deceived_position_rates(per_img).tolist() == [1 / 25, 0.0]
+    assert [(d, n) for d, _, n in M.gamma_count_table(per_img)] == [(0, 1), (2, 1)]
     assert M.deception_heatmap(per_img, (5, 5))[1, 1] == 2
 
 

@@ -337,4 +337,4 @@ def test_warp_patch_file_problems(tmp_path, index):
     sar = write_submission(tmp_path / "sar", index, "sar", gt_table(index, "sar"))
     pq.write_table(pa.Table.from_pylist(rows[:1]), sar / "warp_patch.parquet")
     assert problems_of(sar, index) == [
-        "warp_patch.parquet: the WARP cloud-patch test is scored on the smoke track only"]
+        "warp_patch.parquet: the WARP tests are scored on the smoke track only"]

@@ -1,11 +1,12 @@
-"""WARP global noise at the model input (seed 000, issue 13 point 2).
+"""WARP global noise at the model input (seed 000, issue 13 point 2; issue 34 item 3).
 
 Wrapped detectors add ``x' = (1 - a) x + a sigma r`` to the tensor the network actually
 receives (captured here with a forward pre-hook), so the noise SD reaching the model is
-``a * sigma(model input)`` at every input size, while the stored ``warp_noise_*`` frames
-lose part of it to the detector's resize. ``aegisbench detect`` predicts WARP configs
-from the clean frames plus that input noise, deterministically, locally and on the
-worker/Ray job path alike.
+``a * sigma(model input)`` at every input size, while noise added to the full frame
+(``warp_noise`` on the stored pixels) loses part of it to the detector's resize. The
+noise sweep of ``aegisbench warp-detect`` predicts every level from the clean frames
+plus that input noise, deterministically, locally and on the worker/Ray job path alike,
+and reuses the levels a previous run finished.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ import yaml
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
 from aegisbench.builders.source_table import decode_image
+from aegisbench.corruptions import warp_noise
 from aegisbench.detectors.interface import (WARP_INPUT, Detector, DetectorOptions, InputNoise, add_input_noise,
                                             load_detector, warp_input_noise)
 from aegisbench.detectors.loader import input_noise, input_shards
+from aegisbench.detectors.noise_sweep import run_noise_sweep
 from aegisbench.detectors.runner import RunOptions, SubmissionInfo, run_detect, run_key
 from aegisbench.errors import BadInput
 from aegisbench.hashing import rng_for
@@ -40,12 +43,12 @@ TINY_YOLO = str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory) -> Path:
-    """A smoke-only repo: clean + warp_noise_200, three 640x480 test frames."""
+    """A smoke-only clean repo: three 640x480 test frames."""
     root = tmp_path_factory.mktemp("warpin")
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
     raw["sources"] = {"synthetic_smoke": {**raw["sources"]["synthetic_smoke"], "options": {
         "n_train": 1, "n_val": 1, "n_test": 1, "frames_per_sequence": 3}}}
-    raw["build"].update(conditions=[], compound=[], warp_noise_levels=[A])
+    raw["build"].update(conditions=[], compound=[])
     raw["firespread"] = {"enabled": False}
     raw["paths"] = {"sources": str(root / "sources"), "dataset": str(root / "repo")}
     params = Params.from_dict(raw)
@@ -144,7 +147,7 @@ def _noise_ratio(clean: "torch.Tensor", noisy: "torch.Tensor") -> float:
 def test_noise_reaching_the_model_is_the_seeds_at_every_input_size(repo, frcnn, yolo_pt, kind):
     clean = next(iter(_frames(repo, "clean").items()))
     image_id, frame = clean
-    stored = _frames(repo, WARP)[image_id]
+    stored = warp_noise(frame, rng_for("stored", image_id), a=A)  # the noise on the full frame, 8-bit
     weights = yolo_pt if kind == "yolo" else frcnn
     stop = kind == "fasterrcnn"
     ratios = {}
@@ -196,43 +199,52 @@ def test_noise_never_depends_on_the_batch(repo, yolo_pt):
         Plain(DetectorOptions()).predict(frames[:1], noise=InputNoise(A, (("k",),)))
 
 
-def test_detect_predicts_warp_configs_from_clean_frames_with_input_noise(repo, yolo_pt, tmp_path):
+def _sweep(det, repo, out: Path, levels=(A, 0.4), **kw) -> dict:
+    """A fresh smoke submission of ``det`` at ``out`` (clean predictions) with its noise sweep."""
+    run = RunOptions(frames_per_batch=2, progress=False)
+    run_detect(det, repo, "smoke", out, SubmissionInfo(name="w", model="tiny"), run)
+    return run_noise_sweep(det, repo, out, levels, run, **kw)
+
+
+def test_the_sweep_predicts_clean_frames_with_input_noise(repo, yolo_pt, tmp_path):
     from aegisbench.detectors.ray_runner import plan_jobs, run_job
 
     m = _manifest(repo)
     opts = DetectorOptions(conf=0.0, imgsz=256, max_det=50)
     det = load_detector("yolo", yolo_pt, opts)
-    info = SubmissionInfo(name="w", model="tiny")
-    run = RunOptions(frames_per_batch=2, progress=False)
-    run_detect(det, repo, "smoke", tmp_path / "a", info, run)
-    run_detect(load_detector("yolo", yolo_pt, opts), repo, "smoke", tmp_path / "b", info, run)
-    a = pq.read_table(tmp_path / "a" / "predictions.parquet")
-    assert a.equals(pq.read_table(tmp_path / "b" / "predictions.parquet"))  # deterministic rerun
+    report = _sweep(det, repo, tmp_path / "a")
+    assert (report["levels"], report["frames_per_level"]) == (2, 3)
+    _sweep(load_detector("yolo", yolo_pt, opts), repo, tmp_path / "b")
+    a = pq.read_table(tmp_path / "a" / "warp_noise.parquet")
+    assert a.equals(pq.read_table(tmp_path / "b" / "warp_noise.parquet"))  # deterministic rerun
     meta = yaml.safe_load((tmp_path / "a" / "submission.yaml").read_text())
-    assert meta["detector"]["warp_noise"] == WARP_INPUT
+    assert meta["warp_noise"] == {"levels": [A, 0.4], "noise_at": WARP_INPUT}
+    assert "warp_noise" not in meta["detector"]  # detect itself adds no noise
+    assert {c for c in pq.read_table(tmp_path / "a" / "predictions.parquet").column("config").to_pylist()} == {
+        "clean"}  # the repo stores no noise config: only clean was detected
 
     rows = a.to_pylist()
     got = {}
     for r in rows:
         if r["config"] == WARP:
             got.setdefault(r["image_id"], []).append((r["x1"], r["y1"], r["x2"], r["y2"], r["score"]))
-    assert {r["split"] for r in rows if r["config"] == WARP} == {"synthetic_smoke"}
-    clean, stored = _frames(repo, "clean"), _frames(repo, WARP)
-    ids = sorted(stored)
+    assert {r["split"] for r in rows} == {"synthetic_smoke"} and {r["config"] for r in rows} <= {WARP, "warp_noise_400"}
+    clean = _frames(repo, "clean")
+    ids = sorted(clean)
     assert sorted(got) == ids
     noise = input_noise(m, {WARP: A}, (WARP, "synthetic_smoke"), ids)
     want = det.predict([clean[i] for i in ids], noise=noise)
-    from_stored = det.predict([stored[i] for i in ids])
-    for i, w, s in zip(ids, want, from_stored):
+    on_frame = det.predict([warp_noise(clean[i], rng_for("stored", i), a=A) for i in ids])
+    for i, w, s in zip(ids, want, on_frame):
         # batches of 2 frames against one batch of all: same boxes up to float rounding of the conv kernels
         mine = np.array(sorted(got[i]), np.float32)
         want_i = np.array(sorted(np.c_[w.xyxy, w.score].tolist()), np.float32)
-        stored_i = np.array(sorted(np.c_[s.xyxy, s.score].tolist()), np.float32)
+        frame_i = np.array(sorted(np.c_[s.xyxy, s.score].tolist()), np.float32)
         assert mine.shape == want_i.shape and np.allclose(mine, want_i, atol=1e-2, rtol=1e-4)
-        assert mine.shape != stored_i.shape or not np.allclose(mine, stored_i, atol=1e-2, rtol=1e-4)
+        assert mine.shape != frame_i.shape or not np.allclose(mine, frame_i, atol=1e-2, rtol=1e-4)
 
     # the worker / Ray Data job path reads the same clean frames with the same noise
-    plan = {"clean": ["synthetic_smoke", "synthetic_smoke_val"], WARP: ["synthetic_smoke"]}
+    plan = {WARP: ["synthetic_smoke"]}
     jobs = plan_jobs(repo, m, plan, [WARP], 2, {WARP: A})
     assert all(j.noise is not None and j.noise.level == A for j in jobs)
     assert all("clean" in Path(p).parts for j in jobs for p, _ in j.rows)
@@ -243,27 +255,40 @@ def test_detect_predicts_warp_configs_from_clean_frames_with_input_noise(repo, y
         assert np.allclose(job_dets[i].score, w.score, atol=1e-4)
 
     paths, keep = input_shards(repo, m, WARP, "synthetic_smoke", at_input=True)
-    assert keep == frozenset(ids) and all("clean" in p.parts for p in paths)
+    assert keep is None and all("clean" in p.parts for p in paths)
     assert run_key(det, m, "smoke", warp_noise=WARP_INPUT) != run_key(det, m, "smoke")  # old parts never reused
 
 
+def test_a_second_sweep_replaces_the_first_and_other_tracks_are_refused(repo, yolo_pt, tmp_path):
+    det = load_detector("yolo", yolo_pt, DetectorOptions(conf=0.0, imgsz=256, max_det=50))
+    first = _sweep(det, repo, tmp_path / "s", levels=(A,))
+    again = run_noise_sweep(det, repo, tmp_path / "s", (A, 0.4), RunOptions(frames_per_batch=2, progress=False))
+    assert (first["levels_run"], again["levels"], again["frames"]) == (1, 2, 6)  # a finished run leaves no parts
+    t = pq.read_table(tmp_path / "s" / "warp_noise.parquet")
+    assert sorted(set(t.column("config").to_pylist())) == [WARP, "warp_noise_400"]
+    assert yaml.safe_load((tmp_path / "s" / "submission.yaml").read_text())["warp_noise"]["levels"] == [A, 0.4]
+    sar_like = tmp_path / "nope"
+    sar_like.mkdir()
+    (sar_like / "submission.yaml").write_text(yaml.safe_dump({"track": "sar"}))
+    with pytest.raises(BadInput, match="smoke track"):
+        run_noise_sweep(det, repo, sar_like, (A,))
+    assert sorted(p.name for p in sar_like.iterdir()) == ["submission.yaml"]
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
-def test_detect_on_ray_equals_local(repo, yolo_pt, tmp_path):
+def test_the_sweep_on_ray_equals_local(repo, yolo_pt, tmp_path):
     """Real Ray Data actors read the clean frames and add the same noise as the local run."""
     ray = pytest.importorskip("ray")
     from aegisbench.executor import Executor
 
     det = load_detector("yolo", yolo_pt, DetectorOptions(conf=0.0, imgsz=256, max_det=50))
-    info, run = SubmissionInfo(name="w", model="tiny"), RunOptions(frames_per_batch=2, progress=False)
-    run_detect(det, repo, "smoke", tmp_path / "local", info, run)
+    _sweep(det, repo, tmp_path / "local")
     if ray.is_initialized():
         ray.shutdown()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        run_detect(det, repo, "smoke", tmp_path / "ray", info, run, executor=Executor("ray", workers=2))
+        _sweep(det, repo, tmp_path / "ray", executor=Executor("ray", workers=2))
     finally:
         ray.shutdown()
-    for name in ("predictions.parquet", "submission.yaml"):
+    for name in ("warp_noise.parquet", "predictions.parquet", "submission.yaml"):
         assert (tmp_path / "ray" / name).read_bytes() == (tmp_path / "local" / name).read_bytes()
-    t = pq.read_table(tmp_path / "ray" / "predictions.parquet")
-    assert WARP in set(t.column("config").to_pylist())

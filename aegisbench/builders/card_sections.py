@@ -15,7 +15,7 @@ import datasets
 
 from aegisbench.attribution import UNKNOWN, license_url
 from aegisbench.builders.card_text import card_citations, card_text
-from aegisbench.vocab import WARP_NOISE
+from aegisbench.vocab import SMOKE
 
 #: what each field of a config's rows holds (the card's Data Fields); a contract test checks
 #: that every declared feature has an entry
@@ -23,7 +23,7 @@ FIELD_DOCS = {
     "image": "the frame, PNG (corrupted configs: the corrupted frame, same size as the clean one)",
     "image_id": "the source's image id (file stem or path inside the source folder)",
     "source": "the source the row comes from (see Source Data)",
-    "condition": "the config's condition: `clean`, `<corruption>_s<k>`, a compound or `warp_noise_<a>`",
+    "condition": "the config's condition: `clean`, `<corruption>_s<k>` or a compound",
     "width": "frame width in pixels", "height": "frame height in pixels (fire spread: grid rows)",
     "objects": "the boxes: `bbox` as `[x1, y1, x2, y2]` in full-frame pixels, `label` the track's class",
     "group_id": "images of one video, flight or scene share it (never split across splits)",
@@ -162,23 +162,21 @@ def citation_section(benchmark: str, sources: list[dict]) -> list[str]:
 
 WARP_NOTE = (
     "## WARP (seed 000)", "",
-    "- Global noise `x' = (1 - a) x + a sigma r`, `r ~ N(0, 1)`, as seed 000 defines it: on "
-    "the tensor the model sees. Wrapped detectors (`aegisbench detect` on a `warp_noise_*` "
-    "config) read the clean frame and add the noise to their input tensor after "
-    "letterbox/resize, with sigma of that tensor. The stored `warp_noise_*` configs, for "
-    "prediction-file submitters, add it to the full stored frame (sigma of the frame), rounded "
-    "and clipped to 8 bits: a detector that then resizes the frame averages part of that noise "
-    "away (at an input size of 256 about 63 % of the seed's noise SD reaches the model), so "
-    "scores on the stored configs are not comparable with the seed's figures.",
+    "- Not stored here: `aegisbench warp-detect` runs both tests of seed 000 on the clean test "
+    "frames of the smoke sources and adds its rows to the submission. Global noise "
+    "`x' = (1 - a) x + a sigma r`, `r ~ N(0, 1)`, as seed 000 defines it: on the tensor the "
+    "model sees, after its letterbox/resize, with sigma of that tensor "
+    "(`aegisbench.detectors.interface.warp_input_noise`), at every level `a` of "
+    "`warp.noise_levels` over every frame (`warp_noise.parquet`); the mAP50-95 loss L(a) is "
+    "scored with a bootstrap interval.",
     "- Local deception: an opaque procedural cumulus cloud filling its 25 x 25 px patch "
     "(25 px per 640 px of the longer side) is pasted at the centre of each cell of a 25 x 25 "
-    "grid (625 variants per smoke-positive clean test image, `aegisbench warp-detect`); a box "
+    "grid (625 variants per smoke-positive clean test image, `warp_patch.parquet`); a box "
     "drawn tight around the visible cloud has IoU >= 0.8 with the patch box, so a detection of "
     "the cloud counts as deceived.", "",
 )
 
 
 def warp_notes(manifest: dict) -> list[str]:
-    """"WARP" section when the repo has WARP noise levels."""
-    metas = [cfg.get("meta", {}) for cfg in manifest["configs"].values()]
-    return list(WARP_NOTE) if any(m.get("kind") == WARP_NOISE for m in metas) else []
+    """"WARP" section when the repo has a smoke source (the tests run on its clean frames)."""
+    return list(WARP_NOTE) if any(s.get("track") == SMOKE for s in manifest.get("sources", {}).values()) else []

@@ -1,21 +1,21 @@
 """Which configs a build materializes, and the pixel transform of each.
 
 ``clean`` always; then ``build.conditions`` from ``params.yaml`` (names such as
-``low_light_s3``, or ``all`` for the 27 single conditions), compound conditions
-(``low_light_s2+inundation_s2`` -> config ``low_light_s2__inundation_s2``) and WARP
-global-noise levels (``warp_noise_100`` for a = 0.1, smoke track only). Each config
-carries ``meta`` written to the manifest, so nothing downstream parses names, and the
-sensor ``modalities`` it is physical for (every part of a compound must hold; ``clean``
-and WARP noise hold for all): a source of another modality gets no split of it
+``low_light_s3``, or ``all`` for the 27 single conditions) and compound conditions
+(``low_light_s2+inundation_s2`` -> config ``low_light_s2__inundation_s2``). WARP (seed
+000) is not built: ``aegisbench warp-detect`` runs its noise sweep and patch test on the
+clean frames. Each config carries ``meta`` written to the manifest, so nothing downstream
+parses names, and the sensor ``modalities`` it is physical for (every part of a compound
+must hold; ``clean`` holds for all): a source of another modality gets no split of it
 (:func:`not_physical`).
 
 >>> from aegisbench.params import Params
 >>> p = Params.from_dict({"benchmark_version": "0.1.0", "sources": {},
-...                       "build": {"conditions": ["low_light_s3"], "warp_noise_levels": [0.1]}})
+...                       "build": {"conditions": ["low_light_s3"]}})
 >>> [(s.name, s.meta["kind"]) for s in config_specs(p)]
-[('clean', 'clean'), ('low_light_s3', 'corruption'), ('warp_noise_100', 'warp_noise')]
+[('clean', 'clean'), ('low_light_s3', 'corruption')]
 >>> [s.physical_for("thermal") for s in config_specs(p)]
-[True, False, True]
+[True, False]
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from functools import lru_cache
 
 from aegisbench.errors import BadInput
 from aegisbench.params import Params
-from aegisbench.vocab import (CLEAN, COMPOUND, COMPOUND_FAMILY, CORRUPTION, DETECTION_TRACKS, MODALITIES, SMOKE,
-                              WARP_FAMILY, WARP_NOISE, corruption_config)
+from aegisbench.vocab import (CLEAN, COMPOUND, COMPOUND_FAMILY, CORRUPTION, DETECTION_TRACKS, MODALITIES,
+                              corruption_config)
 
 CLEAN_META = {"kind": CLEAN, "corruption": None, "family": None, "severity": 0,
               "components": [], "warp_level": None}
@@ -75,7 +75,7 @@ class ConditionTransform:
         self.condition, self.version, self.geometry, self.table = condition, version, geometry, table
 
     def __call__(self, rec, image):
-        from aegisbench.corruptions import apply_condition  # WARP noise configs included
+        from aegisbench.corruptions import apply_condition
         key = (self.version, rec.source, rec.image_id)
         return apply_condition(self.condition, image, key=key, boxes=rec.boxes,
                                geometry=self.geometry, table=_table(self.table, self.version))
@@ -107,18 +107,6 @@ def _corruption_spec(condition: str, table) -> ConfigSpec:
     return ConfigSpec(to_config_name(condition), text, condition=condition, meta=meta, modalities=modalities)
 
 
-def _warp_spec(level: float) -> ConfigSpec:
-    from aegisbench.corruptions import warp_level_name
-    name = warp_level_name(level)
-    meta = {"kind": WARP_NOISE, "corruption": WARP_NOISE, "family": WARP_FAMILY, "severity": 0,
-            "components": [], "warp_level": float(level)}
-    return ConfigSpec(name, f"WARP global noise x' = (1-a)x + a*sigma*N(0,1), a = {level:g}, "
-                      "on the stored full frame (sigma = the frame's standard deviation; rounded "
-                      "and clipped to 8 bits), for prediction-file submitters; wrapped detectors "
-                      "get the noise on their input tensor instead (see WARP below). Smoke track only.",
-                      tracks=(SMOKE,), condition=name, meta=meta)
-
-
 def not_physical(params: Params, specs: list[ConfigSpec]) -> dict[str, dict[str, str]]:
     """``{config: {source: modality}}``: the sources of a config's tracks that get no split
     of it because its physics does not hold for their sensor (configs without any: absent)."""
@@ -143,7 +131,6 @@ def config_specs(params: Params) -> list[ConfigSpec]:
     table = _table(b.severity_table, params.benchmark_version)
     for cond in dict.fromkeys([*conditions, *b.compound]):
         specs.append(_corruption_spec(cond, table))
-    specs += [_warp_spec(a) for a in b.warp_noise_levels]
     names = [s.name for s in specs]
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:

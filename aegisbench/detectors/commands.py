@@ -63,37 +63,61 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="the submission folder to make (e.g. submissions/my_yolo)")
     _submission_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
-    p.add_argument("--executor", metavar="{local,ray}",
-                   help="local (default: this process, or --workers processes) or ray "
-                   "(Ray Data actors, one per GPU of the cluster)")
-    p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
-                   "this process); the CPUs of a local Ray started for --executor ray")
-    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    _executor_args(p, "the model")
     declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_detect)
 
-    p = command(sub, "warp-detect", "WARP cloud-patch deception test: add warp_patch.parquet to a smoke "
-                "submission",
-                "Pastes a cloud patch at every position of a --grid x --grid lattice over each smoke test "
-                "image and records the detector's answer; run after `detect` on the same folder.",
+    _register_warp(sub)
+
+    _register_train(sub)
+
+
+def _register_warp(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "warp-detect", "WARP tests of seed 000: add warp_noise.parquet and warp_patch.parquet to a "
+                "smoke submission",
+                "Global sanity check: every clean smoke test frame at each --noise-levels level a, the noise "
+                "x' = (1 - a) x + a sigma r added to the tensor the model sees. Local deception test: a cloud "
+                "patch at every position of a --grid x --grid lattice over each smoke-positive test image. "
+                "Settings come from the warp section of --params when given (flags override them); run after "
+                "`detect` on the same folder.",
                 ["aegisbench warp-detect --detector yolo --weights yolo11n.pt --submission submissions/my_yolo_smoke",
-                 "aegisbench warp-detect --detector yolo --weights w.pt --submission submissions/s --grid 10 "
-                 "--max-images 4"])
+                 "aegisbench warp-detect --detector yolo --weights w.pt --submission submissions/s "
+                 "--params params.yaml",
+                 "aegisbench warp-detect --detector yolo --weights w.pt --submission submissions/s --only noise "
+                 "--noise-levels 0.001:0.4:0.001  # seed 000's 400 levels",
+                 "aegisbench warp-detect --detector yolo --weights w.pt --submission submissions/s --only patch "
+                 "--grid 10 --images 4"])
     _detector_args(p)
     p.add_argument("--submission", metavar="DIR",  # required (checked by the command: --out, its former name, counts)
                    help="the smoke submission folder detect wrote, required: its WARP rows are added to it")
     deprecated_alias(p, "--out", "--submission")
-    p.add_argument("--grid", type=int, default=WARP_GRID,
-                   help=f"grid side (default {WARP_GRID}: {WARP_GRID ** 2} positions)")
+    p.add_argument("--params", metavar="FILE", help="read noise_levels, grid and images from its warp section "
+                   "(params.yaml); without it the defaults below")
+    p.add_argument("--only", choices=("noise", "patch"), help="run one of the two tests (default: both)")
+    p.add_argument("--noise-levels", metavar="SPEC", help="noise levels a: comma-separated (0.05,0.1,0.21) or "
+                   "start:stop:step, stop included (0.001:0.4:0.001 is seed 000's sweep); default 0.02..0.40 by "
+                   "0.02 plus 0.21")
+    p.add_argument("--grid", type=int, help=f"patch grid side (default {WARP_GRID}: {WARP_GRID ** 2} positions)")
     p.add_argument("--patch", type=int, help="patch side in px (default: 25 px per 640 px of the frame)")
-    p.add_argument("--max-images", type=int, help="subsample: at most this many images per source (CPU runs)")
-    p.add_argument("--include-negatives", action="store_true", help="also run smoke-free images")
+    p.add_argument("--images", metavar="N|all", help="patch test: smoke-positive test images per source, a seeded "
+                   "subsample (CPU runs); default all")
+    deprecated_alias(p, "--max-images", "--images")
+    p.add_argument("--include-negatives", action="store_true", help="patch test: also run smoke-free images")
+    _executor_args(p, "the noise sweep")
     p.add_argument("--verified", action="store_true", help="attest the run with this project's private key (a "
                    "folder whose detect run was attested stays verified without it)")
-    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset"}, writes={"submission": "--submission"})
+    declare_io(p, reads={"weights": "--weights", "dataset": "--dataset", "params": "--params"},
+               writes={"submission": "--submission"})
     p.set_defaults(func=cmd_warp)
 
-    _register_train(sub)
+
+def _executor_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--executor", metavar="{local,ray}",
+                   help=f"where {what} runs: local (default: this process, or --workers processes) or ray "
+                   "(Ray Data actors, one per GPU of the cluster)")
+    p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
+                   "this process); the CPUs of a local Ray started for --executor ray")
+    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
@@ -236,10 +260,46 @@ def _attest(out: Path, manifest: dict, weights: str, by: str) -> None:
     print(f"attested {out} (verified: run here) in {path}")
 
 
-def cmd_warp(args) -> int:
-    from aegisbench.detectors.warp_runner import WarpParams, run_warp
+def _warp_settings(args):
+    """The WARP settings of ``warp-detect``: the warp section of ``--params`` (or the defaults),
+    then the flags (each checked, BadInput naming it)."""
+    import dataclasses
 
-    params = WarpParams(grid=args.grid, patch=args.patch, max_images=args.max_images,
+    from aegisbench.params import WarpTestParams, noise_levels, patch_images
+    from aegisbench.readers import read_yaml
+
+    base = WarpTestParams()
+    if args.params:
+        raw = read_yaml(args.params, "params file")
+        base = WarpTestParams.from_dict(raw.get("warp") if isinstance(raw, dict) else None, f"{args.params}: warp")
+    over = {}
+    if args.noise_levels is not None:
+        over["noise_levels"] = noise_levels(args.noise_levels, "--noise-levels")
+    if args.grid is not None:
+        from aegisbench.fields import check_int
+        over["grid"] = check_int(args.grid, "grid", lo=1, error=BadInput, where="--grid")
+    if args.images is not None:
+        over["images"] = patch_images(args.images if args.images == "all" else _int(args.images, "--images"),
+                                      "--images")
+    return dataclasses.replace(base, **over)
+
+
+def _int(text: str, where: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise BadInput(f"expected a positive integer or all, got {text!r}", where=where) from None
+
+
+def cmd_warp(args) -> int:
+    from aegisbench.detectors.noise_sweep import WARP_NOISE_FILE, run_noise_sweep
+    from aegisbench.detectors.runner import RunOptions
+    from aegisbench.detectors.warp_runner import WarpParams, run_warp
+    from aegisbench.executor import Executor, connect
+
+    settings = _warp_settings(args)
+    run = RunOptions(frames_per_batch=args.frames_per_batch, loader_workers=args.loader_workers)
+    params = WarpParams(grid=settings.grid, patch=args.patch, images=settings.images,
                         include_negatives=args.include_negatives)
     if not args.submission:
         raise BadInput("give --submission DIR, the smoke submission folder detect wrote", where="warp-detect")
@@ -247,12 +307,20 @@ def cmd_warp(args) -> int:
     if not (out / "submission.yaml").is_file():
         raise BadInput("not a submission folder (no submission.yaml); run aegisbench detect first", where=str(out))
     from aegisbench.attestation import holds
-    manifest, detector = _prepare(args)
-    attested = holds(out)  # a verified run stays verified when we add its WARP test
-    report = run_warp(detector, args.dataset, out, params, variants_per_batch=args.frames_per_batch,
-                      progress=True, manifest=manifest)
-    print(f"wrote {out / 'warp_patch.parquet'}: {report['images']} images x {args.grid ** 2} positions, "
-          f"{report['variants_per_s']:.2f} variants/s")
+    executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
+    connect(executor, (args.dataset, args.weights, out))
+    manifest, detector = _prepare(args, on_driver="cpu" if executor.kind == "ray" else None)
+    attested = holds(out)  # a verified run stays verified when we add its WARP tests
+    if args.only != "patch":
+        r = run_noise_sweep(detector, args.dataset, out, settings.noise_levels, run, manifest=manifest,
+                            executor=executor, device=args.device, half=args.half)
+        print(f"wrote {out / WARP_NOISE_FILE}: {r['levels']} noise levels x {r['frames_per_level']} frames, "
+              f"{r['images_per_s']:.2f} images/s")
+    if args.only != "noise":
+        report = run_warp(detector, args.dataset, out, params, variants_per_batch=args.frames_per_batch,
+                          progress=True, manifest=manifest)
+        print(f"wrote {out / 'warp_patch.parquet'}: {report['images']} images x {params.grid ** 2} positions, "
+              f"{report['variants_per_s']:.2f} variants/s")
     if attested or args.verified:
         _attest(out, manifest, args.weights, "aegisbench detect + warp-detect")
     return 0

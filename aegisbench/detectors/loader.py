@@ -7,10 +7,10 @@ decoding; ``FrameLoader`` yields :class:`FrameBatch` objects (tag + ids + RGB fr
 in shard order, one continuous pipeline over many splits (a batch never mixes tags),
 decoding a batch ahead and queueing ``prefetch`` decoded batches for the consumer.
 
-WARP noise configs (manifest meta ``kind == "warp_noise"``) are predicted by wrapped
-detectors from the clean frames with the noise added at the model input:
-:func:`warp_levels` finds them, :func:`input_shards` names the shards (and image ids)
-such a split is read from and :func:`input_noise` gives each frame its stable key.
+The WARP noise sweep (:mod:`aegisbench.detectors.noise_sweep`) predicts levels that the
+repo does not store, from the clean frames with the noise added at the model input:
+:func:`input_shards` names the shards such a split is read from and :func:`input_noise`
+gives each frame its stable key.
 
 >>> b = FrameBatch(("clean", "sard"), ("a",), [np.zeros((2, 2, 3), np.uint8)], [(2, 2)])
 >>> len(b), b.tag
@@ -34,8 +34,7 @@ import pyarrow.parquet as pq
 from aegisbench.builders.source_table import decode_image
 from aegisbench.detectors.interface import InputNoise
 from aegisbench.errors import BadInput
-from aegisbench.fields import is_number
-from aegisbench.vocab import CLEAN, WARP_NOISE
+from aegisbench.vocab import CLEAN
 
 log = logging.getLogger(__name__)
 
@@ -73,36 +72,16 @@ def split_frames(repo: str | Path, manifest: dict, config: str, split: str) -> l
     return out
 
 
-def warp_levels(manifest: dict, configs: Iterable[str]) -> dict[str, float]:
-    """``config -> a`` of the WARP global-noise configs among ``configs`` (from manifest meta)."""
-    out = {}
-    for c in configs:
-        meta = manifest["configs"][c].get("meta") or {}
-        if meta.get("kind") == WARP_NOISE:
-            level = meta.get("warp_level")
-            if not (is_number(level) and 0.0 <= level <= 1.0):
-                raise BadInput(f"config {c!r} has no valid warp_level in its meta", where="manifest.json")
-            out[c] = float(level)
-    return out
-
-
 def input_shards(repo: str | Path, manifest: dict, config: str, split: str, at_input: bool = False
                  ) -> tuple[list[Path], frozenset[str] | None]:
-    """``(shards, keep)`` a split's frames are read from: its own shards (``keep`` None), or
-    with ``at_input`` (a WARP noise config, noise added at the model input) the shards of
-    the same split of ``clean``, ``keep`` the split's image ids."""
+    """``(shards, keep)`` a split's frames are read from: its own shards, or with ``at_input``
+    (a WARP noise level swept at the model input, ``config`` naming the level) every frame
+    of the same split of ``clean``; ``keep`` (image ids to read, None: all) is None for both."""
     if not at_input:
         return shard_paths(repo, manifest, config, split), None
     if split not in manifest["configs"].get(CLEAN, {}).get("splits", {}):
         raise BadInput(f"no clean split {split!r} to add the noise of {config!r} to", where="manifest.json")
-    ids = frozenset(i for p in shard_paths(repo, manifest, config, split)
-                    for i in pq.read_table(p, columns=["image_id"]).column("image_id").to_pylist())
-    clean = shard_paths(repo, manifest, CLEAN, split)
-    have = {i for p in clean for i in pq.read_table(p, columns=["image_id"]).column("image_id").to_pylist()}
-    if not ids <= have:
-        raise BadInput(f"{config}/{split} has images missing from clean/{split} (e.g. {sorted(ids - have)[0]!r})",
-                       where="manifest.json")
-    return clean, ids
+    return shard_paths(repo, manifest, CLEAN, split), None
 
 
 def input_noise(manifest: dict, levels: dict[str, float], tag: tuple[str, str],

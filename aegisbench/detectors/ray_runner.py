@@ -5,7 +5,7 @@ The driver plans **frame jobs** exactly as the in-process loader batches frames:
 ``frames_per_batch``. A job names its shard files and image ids only (no pixels), so
 workers read and decode their own frames from the shared dataset path and every
 executor feeds the model identical batches - the predictions are the local run's. A
-job of a WARP noise config predicted with the noise at the model input reads the clean
+job of a WARP noise level of the sweep (noise at the model input) reads the clean
 frames and carries the :class:`~aegisbench.detectors.interface.InputNoise` (level and
 per-frame keys) its predict call adds, exactly as the local loop does.
 

@@ -14,10 +14,10 @@ Only the model classes of the detector's class map (``options.classes``; when un
 model) are written, labelled with the track's label; the map is recorded under
 ``classes`` in ``submission.yaml`` and is part of the run key.
 
-WARP global-noise configs (seed 000) are not predicted from their stored frames by
-wrapped detectors (``input_noise``): the clean frame of the same image is read and the
-noise level added to the tensor the model sees (``warp_noise: model_input`` in the
-detector record and the run key); rows keep the WARP config's name.
+The WARP global-noise sweep (seed 000; :mod:`aegisbench.detectors.noise_sweep`) runs
+through the same loader, worker and resume machinery (:func:`local_batches`,
+:func:`worker_batches`, :func:`predict_parts`, :func:`resume_parts`) on levels the repo
+does not store: clean frames, the noise added to the tensor the model sees.
 
 >>> SubmissionInfo(name="ref", model="yolo").license
 'MIT'
@@ -42,8 +42,8 @@ from aegisbench import isa
 from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir, staging_path
 from aegisbench.staging import resumable_dir
 from aegisbench.builders.manifest import require_verified
-from aegisbench.detectors.interface import WARP_INPUT, Detector
-from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards, warp_levels
+from aegisbench.detectors.interface import Detector
+from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards
 from aegisbench.detectors.ray_runner import plan_jobs, worker_results, worker_spec
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_int
@@ -109,12 +109,6 @@ def track_splits(manifest: dict, track: str) -> dict[str, list[str]]:
     if not any(s.endswith("_val") for s in out.get(CLEAN, [])):
         raise BadInput(f"the dataset has no clean validation split of track {track!r}", where="--dataset")
     return out
-
-
-def noise_levels(detector: Detector, manifest: dict, configs) -> dict[str, float]:
-    """``config -> a`` of the WARP noise configs ``detector`` predicts with the noise added
-    at its model input (all of them for wrapped detectors, none otherwise)."""
-    return warp_levels(manifest, configs) if getattr(detector, "input_noise", False) else {}
 
 
 def run_key(detector: Detector, manifest: dict, track: str, options=None, warp_noise: str | None = None) -> str:
@@ -186,34 +180,42 @@ def _run_locked(detector: Detector, repo: Path, track: str, out: Path, info: Sub
     executor = executor or Executor()
     remote = executor.kind == "ray" or executor.workers > 1
     spec = worker_spec(detector, executor, device, half) if remote else None
-    levels = noise_levels(detector, manifest, plan)
-    warp_noise = WARP_INPUT if levels else None
-    if levels:
-        log.info("WARP noise configs %s: clean frames, noise added at the model input", ", ".join(sorted(levels)))
-    key = run_key(detector, manifest, track, spec.options if spec else None, warp_noise)
-    staging, parts, todo = _resume(out, plan, key)
+    key = run_key(detector, manifest, track, spec.options if spec else None)
+    staging, parts, todo = resume_parts(out, plan, key)
     sizes = {(c, s): manifest["configs"][c]["splits"][s]["rows"] for c in todo for s in plan[c]}
     bar = progress_bar(sum(sizes.values()), f"detect {track}", unit="img", enabled=run.progress)
-    t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
-    if spec is None:
-        batches = _local_batches(detector, repo, manifest, plan, todo, levels, run)
-    else:
-        jobs = plan_jobs(repo, manifest, plan, todo, run.frames_per_batch, levels)
-        batches = _worker_batches(detector, spec, jobs, executor)
-    _predict_parts(batches, plan, todo, parts, key, bar)
-    bar.close()
-    wall = time.perf_counter() - t0
-    done = detector.stats
-    work = (done.frames - before.frames, done.windows - before.windows, done.seconds - before.seconds)
-    empty = _finalize(staging, parts, plan, manifest, track, info, detector, warp_noise)
+    work, wall = run_parts(detector, repo, manifest, plan, todo, {}, run, (spec, executor), parts, key, bar)
+    empty = _finalize(staging, parts, plan, manifest, track, info, detector)
     replace_dir(staging, out)
     return _report(out, plan, todo, work, wall, empty)
 
 
-def _resume(out: Path, plan: dict[str, list[str]], key: str) -> tuple[Path, Path, list[str]]:
-    """The staging folder, its ``parts`` folder and the configs still to run (a config whose
-    part and marker match ``key`` is done)."""
-    staging = resumable_dir(out, "detect-partial")
+def run_parts(detector: Detector, repo: Path, manifest: dict, plan: dict[str, list[str]], todo: list[str],
+              levels: dict[str, float], run: RunOptions, remote: tuple, parts: Path, key: str, bar
+              ) -> tuple[tuple, float]:
+    """Predict the ``todo`` configs of ``plan`` into ``parts`` (``levels``: ``config -> a`` of the
+    configs read from clean with noise ``a`` at the model input) in this process or, with
+    ``remote`` = ``(spec, executor)`` and a spec, on the workers; returns ``(work, wall)``:
+    (frames, windows, model seconds) and the wall seconds."""
+    spec, executor = remote
+    t0, before = time.perf_counter(), dataclasses.replace(detector.stats)
+    if spec is None:
+        batches = local_batches(detector, repo, manifest, plan, todo, levels, run)
+    else:
+        jobs = plan_jobs(repo, manifest, plan, todo, run.frames_per_batch, levels)
+        batches = worker_batches(detector, spec, jobs, executor)
+    predict_parts(batches, plan, todo, parts, key, bar)
+    bar.close()
+    done = detector.stats
+    work = (done.frames - before.frames, done.windows - before.windows, done.seconds - before.seconds)
+    return work, time.perf_counter() - t0
+
+
+def resume_parts(out: Path, plan: dict[str, list[str]], key: str, name: str = "detect-partial"
+                 ) -> tuple[Path, Path, list[str]]:
+    """The staging folder (``name``), its ``parts`` folder and the configs still to run (a
+    config whose part and marker match ``key`` is done)."""
+    staging = resumable_dir(out, name)
     parts = staging / "parts"
     parts.mkdir(exist_ok=True)
     todo = [c for c in plan if not _part_done(parts, c, key)]
@@ -223,8 +225,8 @@ def _resume(out: Path, plan: dict[str, list[str]], key: str) -> tuple[Path, Path
     return staging, parts, todo
 
 
-def _local_batches(detector: Detector, repo: Path, manifest: dict, plan: dict[str, list[str]], todo: list[str],
-                   levels: dict[str, float], run: RunOptions):
+def local_batches(detector: Detector, repo: Path, manifest: dict, plan: dict[str, list[str]], todo: list[str],
+                  levels: dict[str, float], run: RunOptions):
     """``(tag, image_ids, () -> detections)`` of each batch of the frame loader, in plan order
     (predicted in this process)."""
     shards = []
@@ -238,7 +240,7 @@ def _local_batches(detector: Detector, repo: Path, manifest: dict, plan: dict[st
             for fb in loader)
 
 
-def _predict_parts(batches, plan: dict[str, list[str]], todo: list[str], parts: Path, key: str, bar) -> None:
+def predict_parts(batches, plan: dict[str, list[str]], todo: list[str], parts: Path, key: str, bar) -> None:
     """Predict every batch and write each config's part as soon as it is complete (configs
     finish in plan order; one continuous stream of batches feeds them all)."""
     entries: dict = {}
@@ -277,7 +279,7 @@ def _predict_call(detector: Detector, images: list, noise):
     return functools.partial(detector.predict, images, noise=noise)
 
 
-def _worker_batches(detector: Detector, spec, jobs: list, executor: Executor):
+def worker_batches(detector: Detector, spec, jobs: list, executor: Executor):
     """``(tag, image_ids, () -> detections)`` of each job run by the workers (counted in
     ``detector.stats``), in plan order."""
     for r in worker_results(spec, jobs, executor):
@@ -297,7 +299,7 @@ def _write_part(parts: Path, config: str, entries: dict, counts: dict, key: str)
 
 
 def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: dict, track: str,
-              info: SubmissionInfo, detector: Detector, warp_noise: str | None = None) -> list[str]:
+              info: SubmissionInfo, detector: Detector) -> list[str]:
     """Join the parts into predictions.parquet and write submission.yaml; returns the
     ``config/split`` entries with no detection (declared under ``no_detections``)."""
     tables, empty = [], []
@@ -320,7 +322,7 @@ def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: 
         meta["no_detections"] = empty
     if detector.options.classes is not None:
         meta["classes"] = detector.options.classes.record()
-    meta["detector"] = detector_record(detector, warp_noise)
+    meta["detector"] = detector_record(detector)
     atomic_write_text(staging / "submission.yaml", yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
     shutil.rmtree(parts)
     return empty
@@ -328,7 +330,7 @@ def _finalize(staging: Path, parts: Path, plan: dict[str, list[str]], manifest: 
 
 def detector_record(detector: Detector, warp_noise: str | None = None) -> dict:
     """How the predictions were made (recorded in submission.yaml; never a threshold);
-    ``warp_noise`` says where WARP noise configs got their noise (``model_input``)."""
+    ``warp_noise`` says where the WARP noise sweep added its noise (``model_input``)."""
     o = detector.options
     weights = Path(getattr(detector, "weights", ""))
     return {**detector.describe(),

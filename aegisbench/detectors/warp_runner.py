@@ -8,10 +8,12 @@ thread and batched through ``Detector.predict``. Rows go to ``warp_patch.parquet
 in the submission folder, in the columns :mod:`aegisbench.evaluation.warp_eval`
 reads (``split, image_id, position, row, col, x1..y2, score, label``); an
 (image, position) without rows had no detection. The run is resumable per image.
-``max_images`` subsamples images (seeded order) for CPU runs; the images run, the
-grid and the patch size are recorded under ``warp_patch`` in ``submission.yaml``.
+``images`` subsamples images per source (seeded order; ``warp.images`` in params.yaml) for
+CPU runs; the images run, the grid and the patch size are recorded under ``warp_patch`` in
+``submission.yaml``. The global-noise sweep, the other half of WARP, is
+:mod:`aegisbench.detectors.noise_sweep`.
 
->>> WarpParams().grid, WarpParams(max_images=2).max_images
+>>> WarpParams().grid, WarpParams(images=2).images
 (25, 2)
 """
 
@@ -58,19 +60,19 @@ SPRITE_KEY = (WARP_PATCH,)  # the cloud of every variant: rng_for("warp", "cloud
 @dataclass(frozen=True)
 class WarpParams:
     """Grid side, patch side in pixels (None: the engine's rule, 25 px per 640 px),
-    optional cap on images per source, and whether smoke-free images run too (the
-    evaluator scores smoke-positive images only)."""
+    optional cap on images per source (None: every one), and whether smoke-free images
+    run too (the evaluator scores smoke-positive images only)."""
 
     grid: int = WARP_GRID
     patch: int | None = None
-    max_images: int | None = None
+    images: int | None = None
     include_negatives: bool = False
 
     def __post_init__(self) -> None:
         check_int(self.grid, "grid", lo=1, error=BadInput, where="--grid")
-        for name in ("patch", "max_images"):
+        for name in ("patch", "images"):
             if getattr(self, name) is not None:
-                check_int(getattr(self, name), name, lo=1, error=BadInput, where=f"--{name.replace('_', '-')}")
+                check_int(getattr(self, name), name, lo=1, error=BadInput, where=f"--{name}")
         check_bool(self.include_negatives, "include_negatives")
 
 
@@ -90,8 +92,8 @@ def warp_images(repo: Path, manifest: dict, params: WarpParams) -> list[tuple[st
             n_obj = [len(o["bbox"]) for o in t.column("objects").to_pylist()]
             rows += [(src, i, path) for i, n in zip(t.column("image_id").to_pylist(), n_obj)
                      if n > 0 or params.include_negatives]
-        if params.max_images is not None and len(rows) > params.max_images:
-            pick = rng_for(WARP_PATCH, "subsample", src).permutation(len(rows))[:params.max_images]
+        if params.images is not None and len(rows) > params.images:
+            pick = rng_for(WARP_PATCH, "subsample", src).permutation(len(rows))[:params.images]
             rows = [rows[i] for i in sorted(pick)]
         out += rows
     if not out:
@@ -127,7 +129,7 @@ def _run_warp(detector: Detector, repo: Path, sub: Path, params: WarpParams, var
               progress: bool, manifest: dict | None) -> dict:
     manifest = manifest or require_verified(repo)
     meta_path = sub / "submission.yaml"
-    meta, record = _submission_meta(meta_path, manifest, detector)
+    meta, record = submission_meta(meta_path, manifest, detector)
     images = warp_images(repo, manifest, params)
     key = json_sha256({"params": asdict(params), "digest": manifest["dataset_digest"], "detector": record})
     staging = resumable_dir(sub, "warp-partial")
@@ -142,7 +144,7 @@ def _run_warp(detector: Detector, repo: Path, sub: Path, params: WarpParams, var
         pq.write_table(pa.concat_tables(tables), tmp)
     meta["warp_patch"] = {"grid": params.grid, "patch_px": params.patch, "sprite_key": list(SPRITE_KEY),
                           "images": [f"{s}/{i}" for s, i, _ in images],
-                          "subsampled": params.max_images is not None}
+                          "subsampled": params.images is not None}
     atomic_write_text(meta_path, yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
     shutil.rmtree(staging)
     n_var = len(todo) * A
@@ -153,7 +155,7 @@ def _run_warp(detector: Detector, repo: Path, sub: Path, params: WarpParams, var
     return report
 
 
-def _submission_meta(meta_path: Path, manifest: dict, detector: Detector) -> tuple[dict, dict]:
+def submission_meta(meta_path: Path, manifest: dict, detector: Detector) -> tuple[dict, dict]:
     """``(submission.yaml, detector record)`` after checking that the folder is a smoke
     submission of this dataset build made by ``detector``'s weights."""
     if not meta_path.is_file():
@@ -161,7 +163,7 @@ def _submission_meta(meta_path: Path, manifest: dict, detector: Detector) -> tup
                        where=str(meta_path.parent))
     meta = yaml.safe_load(meta_path.read_text(encoding="utf-8")) or {}
     if meta.get("track") != SMOKE:
-        raise BadInput(f"the WARP patch test is for the smoke track, submission is {meta.get('track')!r}",
+        raise BadInput(f"the WARP tests are for the smoke track, submission is {meta.get('track')!r}",
                        where=str(meta_path))
     if meta.get("dataset_digest") != manifest["dataset_digest"]:
         raise BadInput("submission was made on another dataset build (dataset_digest differs)", where=str(meta_path))

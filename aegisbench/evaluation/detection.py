@@ -12,9 +12,12 @@ Per source of the track:
    size band, relative drop against the model's own clean score, localization
    stability, the silent-failure flag, effectiveness score S of seed 002), with
    percentile bootstrap intervals from one draw of image resamples per (submission,
-   split) shared by all conditions; WARP mAP50-95 % loss for global-noise configs.
-3. Smoke track: image-level P/R/F1, time to detect per sequence, and the WARP
-   cloud-patch test when ``warp_patch.parquet`` is given.
+   split) shared by all conditions.
+3. Smoke track: image-level P/R/F1, time to detect per sequence, and the WARP tests
+   of seed 000 on the clean test split when given: the cloud-patch test
+   (``warp_patch.parquet``) and the global-noise sweep (``warp_noise.parquet``: each level,
+   config ``warp_noise_<a>``, scored as a condition of the clean frames, plus its mAP50-95
+   % loss L(a) with an interval).
 
 Not errors, but rows with value null and the reason in ``note``: a config the build left
 out for the source because its physics does not hold for the source's sensor (manifest
@@ -56,7 +59,7 @@ from aegisbench.evaluation.submission import ValidatedSubmission, read_detection
 from aegisbench.evaluation.threshold import RULES, TRACK_RULE, freeze_threshold, rule_grid
 from aegisbench.evaluation.tracks import Track, get_track, register_track
 from aegisbench.executor import Executor, map_tasks
-from aegisbench.metrics import condition_cells, image_positive
+from aegisbench.metrics import condition_cells
 from aegisbench.progress import progress as progress_bar
 from aegisbench.vocab import CLEAN, DETECTION_TRACKS, SAR, SMOKE
 
@@ -82,7 +85,7 @@ TTD_SCHEMA = pa.schema([
 PATCH_SCHEMA = pa.schema([
     ("submission", pa.string()), ("source", pa.string()), ("image_id", pa.string()),
     ("original_positive", pa.bool_()), ("alpha", pa.float64()), ("beta", pa.float64()),
-    ("deceptions", pa.int64()), ("gamma", pa.float64())])
+    ("deceptions", pa.int64()), ("gamma", pa.float64()), ("gamma_positions", pa.float64())])
 
 
 @dataclass(eq=False)
@@ -175,7 +178,7 @@ class SourceScores:
     per_image: dict[str, list] = field(default_factory=dict)
     ttd: dict[str, list] = field(default_factory=dict)
     patch_rows: dict[str, list] = field(default_factory=dict)
-    patch_doc: dict | None = None
+    warp_docs: dict[str, dict] = field(default_factory=dict)  # warp_patch.json / warp_noise.json -> this source's
     effectiveness: dict | None = None
     degenerate: list[dict] = field(default_factory=list)
 
@@ -184,7 +187,6 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
                  on_config=None) -> SourceScores:
     """Freeze the threshold of ``source`` and score every config holding its test split
     (``on_config()`` is called after each config)."""
-    from aegisbench.evaluation.warp_eval import deception_test
     track = sub.meta.track
     if index.split_info(CLEAN, f"{source}_val") is None:
         return _no_val_scores(sub, index, source)
@@ -215,14 +217,9 @@ def score_source(sub: ValidatedSubmission, index: DatasetIndex, source: str, par
             _extend(out.ttd, scorer.smoke_rows(score))
         if on_config is not None:
             on_config()
-    if track == SMOKE and sub.warp_patch is not None:
-        res = deception_test(sub.warp_patch, clean_gt, image_positive(clean.match, thr), thr)
-        out.patch_doc = scorer.patch_rows(res)
-        n = len(res["image_ids"])
-        _extend(out.patch_rows, {"submission": [sub.id] * n, "source": [source] * n, "image_id": res["image_ids"],
-                                 "original_positive": res["original_positive"].tolist(),
-                                 "alpha": res["alpha"].tolist(), "beta": res["beta"].tolist(),
-                                 "deceptions": res["deceptions"].tolist(), "gamma": res["gamma"].tolist()})
+    if track == SMOKE:
+        from aegisbench.evaluation.warp_noise_eval import score_warp_tests
+        score_warp_tests(out, sub, scorer, clean, params)
     scorer.add_label_match_row(clean)
     for sc, part in [(scorer, clean), *strata.with_clean()]:
         add_not_physical_rows(sc, part, out.configs, not_physical_configs(index, source))
@@ -301,7 +298,7 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
     per_image: dict[str, list] = {}
     ttd: dict[str, list] = {}
     patch_rows: dict[str, list] = {}
-    thresholds, val_f1, effectiveness, patch_doc, degenerate, configs_scored = {}, {}, {}, {}, [], {}
+    thresholds, val_f1, effectiveness, warp_docs, degenerate, configs_scored = {}, {}, {}, {}, [], {}
     skipped, strata = {}, {}  # source -> why it was not scored / images per stratum (None: not stratified)
     for part in parts:
         if part.skipped is not None:  # not scored: its null rows carry the reason
@@ -315,9 +312,9 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
         configs_scored[part.source] = part.configs
         strata[part.source] = part.strata
         _extend(ttd, part.ttd)
-        if part.patch_doc is not None:
-            patch_doc[part.source] = part.patch_doc
-            _extend(patch_rows, part.patch_rows)
+        for name, doc in part.warp_docs.items():  # warp_patch.json, warp_noise.json
+            warp_docs.setdefault(name, {})[part.source] = doc
+        _extend(patch_rows, part.patch_rows)
         effectiveness[part.source] = part.effectiveness
         rows.extend(part.rows)
         degenerate.extend(part.degenerate)
@@ -327,9 +324,9 @@ def score_detection(sub: ValidatedSubmission, index: DatasetIndex, params, execu
     tables, documents = {}, {"effectiveness.json": effectiveness}
     if ttd:
         tables["time_to_detect.parquet"] = _table(ttd, TTD_SCHEMA)
-    if patch_doc:
+    if patch_rows:
         tables["warp_patch_images.parquet"] = _table(patch_rows, PATCH_SCHEMA)
-        documents["warp_patch.json"] = patch_doc
+    documents.update(warp_docs)
     prov = provenance(sub, index, params, sorted([*tables, *documents]),
                       **_detection_provenance(sub, index, params, thresholds, val_f1, degenerate, configs_scored),
                       sources_skipped=skipped,
@@ -366,13 +363,15 @@ def _detection_provenance(sub, index, params, thresholds: dict, val_f1: dict, de
 
 def _summary(sub: ValidatedSubmission) -> str:
     extra = "" if sub.warp_patch is None else f", WARP patch test on {len(sub.warp_patch.entries)} images"
+    extra += "" if sub.warp_noise is None else f", WARP noise sweep at {len(sub.warp_noise.levels)} levels"
     return (f"{sub.id}: OK (track {sub.meta.track}, {sub.form} form, {sub.predictions.n_boxes()} boxes on "
             f"{len(sub.predictions)} images{extra})")
 
 
 _CONTENTS = {
     SAR: "boxes of persons on every config/split of the sar sources (Parquet, COCO results or YOLO txt)",
-    SMOKE: "boxes of smoke plumes on every config/split of the smoke sources, optionally warp_patch.parquet",
+    SMOKE: "boxes of smoke plumes on every config/split of the smoke sources, optionally warp_patch.parquet and "
+           "warp_noise.parquet",
 }
 for _name in DETECTION_TRACKS:
     register_track(Track(name=_name, kind="detection", contents=_CONTENTS[_name], read=read_detection_predictions,

@@ -26,7 +26,7 @@ from aegisbench.stats import resample_indices
 from aegisbench.metrics.declared import LABEL_MATCH_IOU
 from aegisbench.metrics import (REGISTRY, ZERO_DIVISION, ConditionBootstrap, ConditionContext, condition_cells,
                                 effectiveness_of, precision, recall, sequence_delays_of)
-from aegisbench.vocab import CLEAN, CLOUD_PATCH, WARP_PATCH, disaster_family
+from aegisbench.vocab import CLEAN, CLOUD_PATCH, WARP_NOISE, WARP_PATCH, config_kind, disaster_family
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +58,8 @@ class ConditionScorer:
     def _meta(self, config: str) -> dict:
         if config == WARP_PATCH:
             return {"corruption": CLOUD_PATCH, "family": None, "severity": 0}
+        if config_kind(config) == WARP_NOISE:  # a level of the WARP noise sweep (results only)
+            return {"corruption": WARP_NOISE, "family": None, "severity": 0}
         meta = self.index.meta(config)
         sev = meta.get("severity") if config != CLEAN else 0
         corruption = meta.get("corruption") if config != CLEAN else None
@@ -122,7 +124,8 @@ class ConditionScorer:
         (``clean``: the clean SplitScore when the images pair up, else None)."""
         config, m = score.config, score.match
         is_clean = config == CLEAN
-        kind = CLEAN if is_clean else self.index.meta(config).get("kind")
+        kind = CLEAN if is_clean else config_kind(config) if config_kind(config) == WARP_NOISE \
+            else self.index.meta(config).get("kind")  # a WARP noise level: results only, not in the manifest
         counts = m.counts(self.thr)
         return ConditionContext(
             track=self.track, source=self.source, config=config, kind=kind, threshold=self.thr,
@@ -184,12 +187,26 @@ class ConditionScorer:
         if not n:
             return doc
         idx = resample_indices(n, (*self.key, WARP_PATCH), self.params.bootstrap.n_resamples)
-        for name in ("alpha", "beta", "gamma"):
+        for name in ("alpha", "beta", "gamma", "gamma_positions"):
             v = np.asarray(res[name], np.float64)
             interval = percentile_interval(v[idx].mean(axis=1), self.params.bootstrap.percentiles)
             self.add(WARP_PATCH, name, float(v.mean()), interval, n)
             doc[name] = float(v.mean())
         return doc
+
+
+    def noise_rows(self, curve: dict) -> dict:
+        """The L(a) rows (metric ``warp_map_loss``, config ``warp_noise_<a>``) of the WARP noise
+        sweep's curve (:func:`~aegisbench.evaluation.warp_noise_eval.sweep_curve`); returns the
+        curve. Each level's other rows are those of any condition (:meth:`score_config`)."""
+        n = curve["n_images"]
+        for level in curve["levels"]:
+            self.add(level["config"], "warp_map_loss", level["loss"], (level["lo"], level["hi"]), n)
+        for step in curve["decreasing_steps"]:
+            log.info("%s: L(a) falls from a = %g to %g by %.2f points, interval [%.2f, %.2f]: %s", self.source,
+                     step["from"], step["to"], -step["change"], -step["hi"], -step["lo"],
+                     "within noise" if step["within_noise"] else "beyond noise")
+        return curve
 
 
 def _count_intervals(counts: np.ndarray, key: tuple, percentiles, weights: np.ndarray) -> dict:

@@ -12,7 +12,9 @@ and predictions in exactly one of three forms:
 
 A ``label`` column, where given, holds the track's label (``person`` on sar, ``smoke``
 on smoke) or null on every row: the tracks are single-class, so any other label (a
-model's own class names) is refused. Optionally ``warp_patch.parquet`` (smoke track, see :mod:`aegisbench.evaluation.warp_eval`).
+model's own class names) is refused. Optionally the WARP files of the smoke track,
+``warp_patch.parquet`` (:mod:`~aegisbench.evaluation.warp_eval`) and ``warp_noise.parquet``
+(:mod:`~aegisbench.evaluation.warp_noise_eval`).
 Every ``(config, split)`` of the track must have predictions, including the clean
 ``<source>_val`` splits; a model that found nothing in a split says so with
 ``no_detections: [config/split, ...]`` (or a bare config) in ``submission.yaml``.
@@ -53,7 +55,8 @@ from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
 from aegisbench.readers import (MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_YOLO_FILE_BYTES, load_yaml,
                                 read_regular_bytes)
-from aegisbench.vocab import REQUIRED_FIELDS, SMOKE, TRACK_LABELS, TRACKS, WARP_GRID, WARP_PATCH
+from aegisbench.vocab import (REQUIRED_FIELDS, SMOKE, TRACK_LABELS, TRACKS, WARP_GRID, WARP_NOISE, WARP_NOISE_FILE,
+                              WARP_PATCH)
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +126,7 @@ class ValidatedSubmission:
     predictions: object  # the track's predictions: a PredictionTable, or fire-spread Forecasts
     files: dict[str, str]  # relative path -> sha256 of every file in the folder
     warp_patch: object = None  # aegisbench.evaluation.warp_eval.PatchPredictions or None
+    warp_noise: object = None  # aegisbench.evaluation.warp_noise_eval.NoisePredictions or None
 
 
 # ------------------------------------------------------------------ meta
@@ -326,6 +330,7 @@ def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: Datase
     """The detection tracks' ``Track.read``: every prediction file of the folder checked
     (problems recorded), then read with the library readers."""
     from aegisbench.evaluation import warp_eval
+    from aegisbench.evaluation.warp_noise_eval import read_noise_predictions
     keys = index.keys(meta.track)
     if not keys:
         problems.add(str(index.repo), None, None, f"the dataset has no split of track {meta.track!r}")
@@ -337,14 +342,15 @@ def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: Datase
     covered = _check_files(folder, form, index, frames, limits, problems, meta.classes) if form else set()
     if form and problems.file_level == before:  # coverage is only meaningful when every file was read
         _check_coverage(folder, form, keys, covered, empty, problems)
-    patch = None
-    if (folder / WARP_PATCH_FILE).is_file():
-        if meta.track != SMOKE:
-            problems.add(str(folder / WARP_PATCH_FILE), None, None, "the WARP cloud-patch test is scored on the "
-                         "smoke track only")
-        elif _size_ok(folder / WARP_PATCH_FILE, limits, problems):
-            patch = warp_eval.read_patch_predictions(folder / WARP_PATCH_FILE, index, limits, problems, warp_grid,
-                                                    meta.extra.get(WARP_PATCH), str(folder / META_FILE))
+    warp = {WARP_PATCH: None, WARP_NOISE: None}
+    for name, file in ((WARP_PATCH, WARP_PATCH_FILE), (WARP_NOISE, WARP_NOISE_FILE)):
+        path, declared, where = folder / file, meta.extra.get(name), str(folder / META_FILE)
+        if path.is_file() and meta.track != SMOKE:
+            problems.add(str(path), None, None, "the WARP tests are scored on the smoke track only")
+        elif path.is_file() and _size_ok(path, limits, problems):
+            warp[name] = (warp_eval.read_patch_predictions(path, index, limits, problems, warp_grid, declared, where)
+                          if name == WARP_PATCH else read_noise_predictions(path, index, limits, problems, declared,
+                                                                             where))
     if problems:
         return form, None, {}
     try:
@@ -353,7 +359,7 @@ def read_detection_predictions(folder: Path, meta: SubmissionMeta, index: Datase
         problems.add(exc.where or str(folder), None, None, exc.message)
         return form, None, {}
     log.info("submission %s: %d boxes over %d images (%s form)", folder.name, table.n_boxes(), len(table), form)
-    return form, table, {WARP_PATCH: patch}
+    return form, table, warp
 
 
 def _check_coverage(folder: Path, form: str, keys, covered: set, empty: set, problems: Problems) -> None:
@@ -388,4 +394,4 @@ def validate_submission(folder: str | Path, index: DatasetIndex, limits: Validat
     if problems:
         raise SubmissionInvalid(problems)
     return ValidatedSubmission(folder, sid, meta, form, predictions, files,
-                               extras.get(WARP_PATCH))
+                               extras.get(WARP_PATCH), extras.get(WARP_NOISE))

@@ -18,7 +18,10 @@ At the frozen threshold, over the covered smoke-positive images (at least one GT
 ``alpha_i`` = share of positions where a positive image (a box kept on the clean
 image) turns negative, ``beta_i`` = share where a negative one turns positive,
 ``gamma_i = D_i / A`` with ``D_i`` the kept detections with IoU >= 0.5 against the
-patch box. Means, the gamma count table and the per-cell heat map are reported.
+patch box (seed 000's Eq. 6: every such detection counts, two on one patch count twice),
+and ``gamma_positions`` the share of positions with at least one. Means, the gamma count
+table and the per-cell heat map are reported. The global-noise half of WARP is
+:mod:`aegisbench.evaluation.warp_noise_eval`.
 
 >>> DEFAULT_GRID
 25
@@ -37,8 +40,8 @@ from aegisbench.fields import is_int
 from aegisbench.evaluation.dataset import DatasetIndex
 from aegisbench.evaluation.formats import number_column, read_parquet_checked
 from aegisbench.evaluation.rows import BOX, Frames, Problems, RawRows, check_rows, repeat
-from aegisbench.metrics import (deception_counts, deception_heatmap, flip_probabilities, gamma_count_table,
-                                gamma_rates)
+from aegisbench.metrics import (deceived_position_rates, deception_counts, deception_heatmap, flip_probabilities,
+                                gamma_count_table, gamma_rates)
 from aegisbench.vocab import CLEAN, SMOKE, WARP_GRID, WARP_PATCH
 
 log = logging.getLogger(__name__)
@@ -180,8 +183,8 @@ def patch_boxes(width: int, height: int, grid: int, patch_px: int | None = None)
 
 
 def deception_test(patch: PatchPredictions, gt, original_positive: np.ndarray, threshold: float) -> dict:
-    """alpha, beta, gamma per smoke-positive image of one test split, the gamma count
-    table and the heat map. ``original_positive``: per image of ``gt`` (clean outcome)."""
+    """alpha, beta, gamma, gamma_positions per smoke-positive image of one test split, the
+    gamma count table and the heat map. ``original_positive``: per image of ``gt`` (clean outcome)."""
     A = patch.grid * patch.grid
     sel = np.flatnonzero((gt.n_gt() > 0) & np.array([patch.covers(gt.split, i) for i in gt.image_ids], bool))
     patched = np.zeros((len(sel), A), bool)
@@ -203,7 +206,8 @@ def deception_test(patch: PatchPredictions, gt, original_positive: np.ndarray, t
         alpha = beta = np.zeros(0)
     gamma = gamma_rates(counts) if len(sel) else np.zeros(0)
     return {"image_ids": [gt.image_ids[k] for k in sel], "original_positive": orig, "alpha": alpha, "beta": beta,
-            "gamma": gamma, "deceptions": counts.sum(axis=1),
+            "gamma": gamma, "gamma_positions": deceived_position_rates(counts) if len(sel) else np.zeros(0),
+            "deceptions": counts.sum(axis=1),
             "gamma_count_table": gamma_count_table(counts) if len(sel) else [],
             "heatmap": deception_heatmap(counts, (patch.grid, patch.grid)) if len(sel)
             else np.zeros((patch.grid, patch.grid), np.int64)}

@@ -30,8 +30,8 @@ from aegisbench.metrics.detection import (SIZE_BANDS, SilentFailureParams, _coun
                                           relative_drop, silent_failure, size_band)
 from aegisbench.metrics.smoke import (correct_frames, image_counts, image_level_prf, image_positive,
                                       sequence_delays, time_to_detect, time_to_detect_summary)
-from aegisbench.metrics.warp import (deception_counts, deception_heatmap, flip_probabilities, gamma_count_table,
-                                     gamma_rates, map_percent_loss, warp_summary)
+from aegisbench.metrics.warp import (deceived_position_rates, deception_counts, deception_heatmap, flip_probabilities,
+                                     gamma_count_table, gamma_rates, map_percent_loss, warp_summary)
 from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibration_update, _check_prob,
                                          _pr_curve, auc_pr_trapezoid, average_precision, brier_decomposition,
                                          brier_score, calibration_curve, ece_per_map,
@@ -47,7 +47,8 @@ __all__ = [
     "SD_MAPS", "SIZE_BANDS", "UNBOUNDED", "UNORDERED", "Cell", "ConditionBootstrap", "ConditionContext", "Family",
     "MetricRegistry", "MetricSpec", "SilentFailureParams", "auc_pr_trapezoid", "average_precision",
     "brier_decomposition", "brier_score", "calibration_curve", "condition_cells", "correct_frames",
-    "deception_counts", "deception_heatmap", "declare", "ece_per_map", "effectiveness_breakdown",
+    "deceived_position_rates", "deception_counts", "deception_heatmap", "declare", "ece_per_map",
+    "effectiveness_breakdown",
     "effectiveness_interval", "effectiveness_of", "effectiveness_score", "expected_calibration_error", "f1", "family",
     "flip_probabilities", "gamma_count_table", "gamma_rates", "higher_is_better", "image_counts",
     "image_level_prf", "image_positive", "label", "localization_stability", "map_percent_loss", "metric",

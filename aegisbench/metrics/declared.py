@@ -1,5 +1,5 @@
 """Registered names that a track's scorer computes in bulk rather than per condition:
-the clean validation rows and the WARP cloud-patch test of the detection tracks, and
+the clean validation rows and the WARP cloud-patch test and noise sweep of the detection tracks, and
 the fire-spread cells (F2R and F2S side by side, seed 003), which
 :mod:`aegisbench.firespread.scoring` computes from pooled sufficient statistics.
 ``precision``, ``recall`` and ``f1`` of fire spread are the detection metrics' names
@@ -10,6 +10,8 @@ the fire-spread cells (F2R and F2S side by side, seed 003), which
 """
 
 from __future__ import annotations
+
+import math
 
 from aegisbench.metrics.registry import HIGHER, LOWER, REGISTRY, UNORDERED, MetricSpec, declare, family
 from aegisbench.vocab import DETECTION_TRACKS, FIRESPREAD, SMOKE
@@ -53,9 +55,24 @@ WARP_PATCH = declare(
     MetricSpec("beta", (SMOKE,), LOWER, "β: negative image turned positive", bounds=UNIT, full_scale=True,
                interval=True, description="WARP patch test: share of the patch positions at which an image "
                                           "without a kept box gains one."),
-    MetricSpec("gamma", (SMOKE,), LOWER, "γ: patch detected as smoke (deceived)", bounds=UNIT, full_scale=True,
-               interval=True, description="WARP patch test: share of the patch positions with a kept box on the "
-                                          "cloud patch itself (IoU >= 0.5)."),
+    MetricSpec("gamma", (SMOKE,), LOWER, "γ: deceiving detections per patch position", bounds=(0.0, math.inf),
+               interval=True, description="WARP patch test, seed 000's gamma_i = D_i / A: kept boxes on the cloud "
+                                          "patch itself (IoU >= 0.5) per patch position, every such box counted "
+                                          "(two on one patch count twice; mean over the images)."),
+    MetricSpec("gamma_positions", (SMOKE,), LOWER, "Patch positions deceived", bounds=UNIT, full_scale=True,
+               interval=True, description="WARP patch test: share of the patch positions with at least one kept "
+                                          "box on the cloud patch (IoU >= 0.5), however many (mean over the "
+                                          "images): the chance that a cloud at a random position fools the model."),
+)
+
+# ------------------------------------------------------ WARP global noise sweep
+
+WARP_NOISE_METRICS = declare(
+    MetricSpec("warp_map_loss", (SMOKE,), LOWER, "WARP mAP loss % (lower is better)", bounds=(-math.inf, 100.0),
+               unit="%", interval=True,
+               description="WARP global noise at level a (config warp_noise_<a>): L(a) = 100 (mAP50-95 clean - "
+                           "mAP50-95 noisy) / mAP50-95 clean over the clean test frames, positive = a loss, as seed "
+                           "000 reports it; the interval resamples the images (both mAPs recomputed)."),
 )
 
 # ---------------------------------------------------------------- fire spread
@@ -99,4 +116,4 @@ SD_MAPS = family("sd_maps", "{}_sd_maps", {"precision": "Precision", "recall": "
                              "Fig. 7); no interval.")
 declare(SD_MAPS)
 
-__all__ = ["FIRESPREAD_CELLS", "REGISTRY", "SD_MAPS", "VALIDATION", "WARP_PATCH"]
+__all__ = ["FIRESPREAD_CELLS", "REGISTRY", "SD_MAPS", "VALIDATION", "WARP_NOISE_METRICS", "WARP_PATCH"]

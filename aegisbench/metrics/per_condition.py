@@ -27,8 +27,7 @@ from aegisbench.metrics import detection as D
 from aegisbench.metrics import smoke as S
 from aegisbench.metrics.condition import Cell, ConditionContext
 from aegisbench.metrics.registry import HIGHER, LOWER, REGISTRY, UNORDERED, MetricSpec, family, metric, metric_group
-from aegisbench.metrics.warp import map_percent_loss
-from aegisbench.vocab import FIRESPREAD, SMOKE, TRACKS, WARP_NOISE
+from aegisbench.vocab import FIRESPREAD, SMOKE, TRACKS
 
 log = logging.getLogger(__name__)
 INF = math.inf
@@ -141,15 +140,6 @@ def relative_drop(ctx: ConditionContext) -> dict[str, Cell] | None:
         return None
     base, vals = _values(ctx.clean), _values(ctx)
     return {RELATIVE_DROP.name_of(b): Cell(D.relative_drop(base[b], vals[b])) for b in DROP_BASES}
-
-
-@metric(direction=LOWER, label="WARP mAP loss % (lower is better)", bounds=(-INF, 100.0), unit="%", tracks=(SMOKE,),
-        description="WARP global noise: 100 (mAP50-95 clean - mAP50-95 noisy) / mAP50-95 clean, positive = "
-                    "a loss, as seed 000 reports it.")
-def warp_map_loss(ctx: ConditionContext) -> Cell | None:
-    if ctx.is_clean or ctx.kind != WARP_NOISE:
-        return None
-    return Cell(map_percent_loss(_values(ctx)["map50_95"], _values(ctx.clean)["map50_95"]))
 
 
 def _stability(ctx: ConditionContext) -> dict | None:

@@ -1,7 +1,16 @@
 """WARP (seed 000): the global-noise mAP loss and the cloud-patch deception rates.
 
+Seed 000's Eq. 6: ``gamma_i = D_i / A_i`` with ``D_i`` "the number of detections [whose]
+bounding box has IoU >= 0.50 with the injected noise's bounding box" over the ``A_i``
+patch positions: every deceiving detection counts, so two boxes on one patch count twice
+(:func:`gamma_rates`). The share of positions with at least one deceiving box, a rate in
+[0, 1] comparable with alpha and beta, is its own metric (:func:`deceived_position_rates`).
+
 >>> map_percent_loss(0.25, 0.5), map_percent_loss(0.5, 0.5)
 (50.0, 0.0)
+>>> counts = np.array([[2, 0]])  # two boxes on the first of two patch positions
+>>> gamma_rates(counts).tolist(), deceived_position_rates(counts).tolist()
+([1.0], [0.5])
 """
 
 from __future__ import annotations
@@ -48,17 +57,25 @@ def deception_counts(patch_xyxy: np.ndarray, detections: Sequence[np.ndarray],
 
 
 def gamma_rates(counts_per_position: np.ndarray) -> np.ndarray:
-    """Per-image ``gamma_i = D_i / A_i`` from (n_images, A) deception counts, where ``D_i``
-    counts the patch positions with at least one deceiving detection, so gamma lies in
-    [0, 1] as in WARP (several boxes on one patch deceive once)."""
+    """Per-image ``gamma_i = D_i / A_i`` (seed 000, Eq. 6) from (n_images, A) deception
+    counts: ``D_i`` is the number of deceiving detections over all ``A`` positions, so two
+    boxes on one patch count twice and gamma may exceed 1."""
+    c = np.asarray(counts_per_position)
+    return c.sum(axis=1) / c.shape[1]
+
+
+def deceived_position_rates(counts_per_position: np.ndarray) -> np.ndarray:
+    """Per image, the share of the ``A`` patch positions with at least one deceiving
+    detection (several boxes on one patch deceive once): a rate in [0, 1]."""
     c = np.asarray(counts_per_position)
     return (c > 0).sum(axis=1) / c.shape[1]
 
 
 def gamma_count_table(counts_per_position: np.ndarray) -> list[tuple[int, float, int]]:
-    """``(D, gamma = D / A, number of images)`` for each observed ``D`` (WARP Table 5)."""
+    """``(D, gamma = D / A, number of images)`` for each observed ``D`` (seed 000's Table 5,
+    ``D`` the deceiving detections of an image)."""
     c = np.asarray(counts_per_position)
-    d, n = np.unique((c > 0).sum(axis=1), return_counts=True)
+    d, n = np.unique(c.sum(axis=1), return_counts=True)
     return [(int(a), a / c.shape[1], int(b)) for a, b in zip(d, n)]
 
 

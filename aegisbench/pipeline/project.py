@@ -5,9 +5,9 @@ detector training -> detect -> reference forecasters -> evaluate -> leaderboard)
 where the leaderboard page is. ``aegisbench run --fast`` runs the same ``dvc.yaml`` in a
 scratch DVC project (``runs/fast``) whose ``params.yaml`` is the checkout's with
 :data:`FAST_OVERRIDES` applied: a few images per source, one condition per family kind,
-a 16x16 fire-spread grid and one-epoch training, so the full chain runs in minutes. The
-scratch project is a git repository with the prepared state committed, so ``dvc exp run``
-works there too.
+three WARP noise levels, a 16x16 fire-spread grid and one-epoch training, so the full
+chain runs in minutes. The scratch project is a git repository with the prepared state
+committed, so ``dvc exp run`` works there too.
 
 >>> p = fast_params({"sources": {"synthetic_sar": {"options": {}}}, "build": {}, "submissions": ["a"],
 ...                  "reference_detector": {"sources": {}}})
@@ -43,12 +43,11 @@ FAST_SOURCES = {
     "synthetic_smoke": {"n_train": 3, "n_val": 1, "n_test": 1, "frames_per_sequence": 3, "size": [320, 240]},
 }
 FAST_OVERRIDES = {
-    "build": {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"],
-              "warp_noise_levels": [0.1]},
+    "build": {"conditions": ["low_light_s3", "rain_streaks_s1"], "compound": ["low_light_s2+inundation_s2"]},
     "firespread": {"grid": [16, 16], "s_levels": [0, 30], "realizations": 20, "initial_conditions": 3,
                    "test_initial_conditions": [2], "realizations_per_shard": 10, "max_steps": 200,
                    "forecast": {"observe": 3, "horizon": 5, "threshold": 0.5, "eval_realizations": 2}},
-    "warp": {"grid": 3, "max_images": 1},
+    "warp": {"noise_levels": [0.1, 0.2, 0.4], "grid": 3, "images": 1},
     "reference_forecasters": {"convlstm_steps": 2, "convlstm_hidden": 4},
     "evaluation": {"n_resamples": 50},
     "reference_detector": {"epochs": 1, "max_images": 4},

@@ -21,7 +21,8 @@ _UPLOAD_SCHEMA = {"requestBody": {"required": True, "content": {"multipart/form-
                         "description": "one .parquet (predictions, or forecasts on the firespread track), one .zip "
                                        "(COCO <config>.json files or YOLO <config>/<split>/<image_id>.txt files), "
                                        "or COCO <config>.json files"},
-        "warp_patch": {"type": "string", "format": "binary", "description": "warp_patch.parquet (smoke track)"}}}}}}}
+        "warp_patch": {"type": "string", "format": "binary", "description": "warp_patch.parquet (smoke track)"},
+        "warp_noise": {"type": "string", "format": "binary", "description": "warp_noise.parquet (smoke track)"}}}}}}}
 _REFUSALS = {400: {"description": "refused: the validator's lines in `problems`"},
              401: {"description": "missing, wrong or revoked token"}, 403: {"description": "closed"},
              413: {"description": "too large"}, 429: {"description": "over a limit"}}

@@ -7,7 +7,8 @@ line, where other users' ``ps`` would see it.
 
 The folder is sent as the server's form: ``submission.yaml``, then ``predictions.parquet``
 (or ``forecasts.parquet``), or the ``predictions/`` folder zipped (COCO ``<config>.json`` files
-or the YOLO ``<config>/<split>/<image_id>.txt`` tree), and ``warp_patch.parquet`` when present.
+or the YOLO ``<config>/<split>/<image_id>.txt`` tree), and ``warp_patch.parquet`` and
+``warp_noise.parquet`` when present.
 The upload shows progress; the server's refusal is printed line by line (exit 2); an accepted
 upload prints its id. ``--wait`` polls until the submission is final and prints the team's row.
 
@@ -94,6 +95,7 @@ def package(folder: Path, stack: ExitStack) -> list[tuple[str, str, Path]]:
     """The form parts of a submission folder: ``(field, file name, path)``; a ``predictions/``
     folder is zipped into a temporary file."""
     from aegisbench.evaluation.submission import META_FILE, PARQUET_FILE, PRED_DIR, WARP_PATCH_FILE
+    from aegisbench.vocab import WARP_NOISE_FILE
     from aegisbench.service.uploads import FORECASTS_FILE
     if not (folder / META_FILE).is_file():
         raise BadInput(f"no {META_FILE}", where=str(folder))
@@ -114,8 +116,9 @@ def package(folder: Path, stack: ExitStack) -> list[tuple[str, str, Path]]:
     if len(found) != 1:
         raise BadInput(f"expected exactly one of {PARQUET_FILE}, {FORECASTS_FILE} or {PRED_DIR}/, found {found}",
                        where=str(folder))
-    if (folder / WARP_PATCH_FILE).is_file():
-        parts.append(("warp_patch", WARP_PATCH_FILE, folder / WARP_PATCH_FILE))
+    for name, file in (("warp_patch", WARP_PATCH_FILE), ("warp_noise", WARP_NOISE_FILE)):
+        if (folder / file).is_file():
+            parts.append((name, file, folder / file))
     return parts
 
 

@@ -9,7 +9,8 @@ The multipart form (the API's and the team page's) has three fields:
   ``firespread`` track), one ``.zip`` (COCO results ``<config>.json`` files, or YOLO
   ``<config>/<split>/<image_id>.txt`` files, optionally under one ``predictions/`` folder), or
   one or more COCO results files ``<config>.json``;
-* ``warp_patch`` (optional, smoke track): ``warp_patch.parquet``.
+* ``warp_patch`` and ``warp_noise`` (optional, smoke track): ``warp_patch.parquet`` and
+  ``warp_noise.parquet``, the two WARP tests.
 
 Nothing the uploader names becomes a path: the folder is named by the server, a Parquet file
 gets its contract name, a COCO file keeps only a config-like base name, and a zip member is
@@ -43,11 +44,12 @@ import yaml
 
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.submission import META_FILE, META_MAX_BYTES, PARQUET_FILE, PRED_DIR, WARP_PATCH_FILE
+from aegisbench.vocab import WARP_NOISE_FILE
 from aegisbench.readers import load_yaml
 from aegisbench.service.rules import HostingRules
 from aegisbench.vocab import FIRESPREAD
 
-FIELDS = ("submission", "predictions", "warp_patch")
+FIELDS = ("submission", "predictions", "warp_patch", "warp_noise")
 FORECASTS_FILE = "forecasts.parquet"
 _COCO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]{0,127}\.json")
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -223,11 +225,12 @@ def stage_upload(parts: list[Part], folder: Path, team: str, rules: HostingRules
                 raise UploadRefused("given twice", where=base)
             p.file.seek(0)
             _copy(p.file, folder / PRED_DIR / base, limit, base)
-    for p in by_field.get("warp_patch", []):
-        if _kind(p) != "parquet" or len(by_field["warp_patch"]) > 1:
-            raise UploadRefused("warp_patch is one .parquet file")
-        p.file.seek(0)
-        _copy(p.file, folder / WARP_PATCH_FILE, limit, WARP_PATCH_FILE)
+    for name, file in (("warp_patch", WARP_PATCH_FILE), ("warp_noise", WARP_NOISE_FILE)):
+        for p in by_field.get(name, []):
+            if _kind(p) != "parquet" or len(by_field[name]) > 1:
+                raise UploadRefused(f"{name} is one .parquet file")
+            p.file.seek(0)
+            _copy(p.file, folder / file, limit, file)
     return raw, said
 
 
