@@ -17,6 +17,11 @@ their ``runtime_env``).
 A CPU below x86-64-v3 (or not x86) runs its native kernels under profile ``native-<arch>``,
 recorded in the manifest; the pinned digests hold for ``x86-64-v3``.
 
+MKL (torch's BLAS) is pinned to its ``COMPATIBLE`` branch, not ``AVX2``: MKL runs the
+``AVX2`` branch on Intel CPUs only and its vendor-chosen ``AUTO`` branch on an AMD one, so
+``AVX2`` pinned nothing across vendors. What else torch needs to give the same bits on
+every CPU (oneDNN off, a fixed thread count) is :mod:`aegisbench.kernels`.
+
 >>> profile() in ("x86-64-v3",) or profile().startswith("native-")
 True
 >>> sorted(set(ENV) - set(cap_env({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"})))
@@ -80,7 +85,7 @@ def cap_env(flags: frozenset[str] | set[str]) -> dict[str, str]:
         "NUMBA_CPU_NAME": "haswell",
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "MKL_CBWR": "AVX2",
+        "MKL_CBWR": "COMPATIBLE",      # the one MKL branch run on Intel and AMD alike (aegisbench.kernels)
     }
 
 

@@ -67,13 +67,18 @@ class Framework:
         self.windows = [tile_windows(f.shape[1], f.shape[0], TilingParams()) for f in frames]
         self.kw = dict(imgsz=args.tile, conf=args.conf, iou=0.7, max_det=300, batch=args.batch, device="cpu",
                        verbose=False, save=False)
+        self.threads = args.threads or 1
 
     def per_window(self) -> list[list[tuple[np.ndarray, np.ndarray]]]:
         """Each frame's per-window ``(xyxy, score)`` in window pixels; tiles of all frames in
         order, ``batch`` per ``predict`` call (a list source is one batch however long)."""
+        from aegisbench.detectors.ultralytics_adapter import keep_threads
+        from aegisbench.kernels import portable
+
         crops = [img[y0:y1, x0:x1] for img, wins in zip(self.frames, self.windows) for x0, y0, x1, y1 in wins.tolist()]
         b = self.kw["batch"]
-        res = [r for s in range(0, len(crops), b) for r in self.model.predict(crops[s:s + b], **self.kw)]
+        with portable(self.threads), keep_threads():  # the kernels our detect runs a CPU model on
+            res = [r for s in range(0, len(crops), b) for r in self.model.predict(crops[s:s + b], **self.kw)]
         flat = [(r.boxes.xyxy.numpy(), r.boxes.conf.numpy()) for r in res]
         ends = np.cumsum([len(w) for w in self.windows])
         return [flat[e - len(w):e] for e, w in zip(ends, self.windows)]
@@ -113,7 +118,7 @@ def measure(args, tmp: Path) -> tuple[list[dict], dict]:
     cfg = TINY if args.model == "tiny" else args.model
     weights = args.weights or str(trained_weights(cfg, tmp / "model.pt"))
     frames = make_frames(args.frames, args.width, args.height)
-    ours = load_detector("yolo", weights, DetectorOptions(batch=args.batch, conf=args.conf,
+    ours = load_detector("yolo", weights, DetectorOptions(batch=args.batch, conf=args.conf, threads=args.threads or 1,
                                                            tiling=TilingParams(tile=args.tile)))
     framework = Framework(weights, frames, args)
 
@@ -170,7 +175,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--conf", type=float, default=0.001)
     ap.add_argument("--repeat", type=int, default=3, help="timed rounds per side (default 3)")
-    ap.add_argument("--threads", type=int, help="torch CPU threads (default: the Ultralytics predictor's choice)")
+    ap.add_argument("--threads", type=int, help="torch CPU threads of both sides (default 1, as detect)")
     ap.add_argument("--json", help="write the summary rows and details here")
     args = ap.parse_args(argv)
     if not ultralytics_ready("tiling", "tiled detect tiles/s vs ultralytics tiling loop", "tiles/s", MIN_RATIO,

@@ -5,6 +5,7 @@ record ``detect`` requires of a checkpoint."""
 from __future__ import annotations
 
 import shutil
+from contextlib import contextmanager
 from pathlib import Path
 
 import cv2
@@ -30,6 +31,19 @@ def _tiny_folder(root: Path, names: tuple[str, ...], size: int) -> Path:
             "names": dict(enumerate(names))}
     (root / "data.yaml").write_text(yaml.safe_dump(data))
     return root / "data.yaml"
+
+
+@contextmanager
+def framework_kernels():
+    """Ultralytics' own ``predict`` on the kernels ``detect`` runs a CPU model on (oneDNN
+    off, one thread: :func:`aegisbench.kernels.portable`), so its boxes can be compared bit
+    for bit with ours."""
+    from aegisbench.detectors.ultralytics_adapter import import_ultralytics, keep_threads
+    from aegisbench.kernels import portable
+
+    import_ultralytics()
+    with portable(1), keep_threads():
+        yield
 
 
 def trained_checkpoint(cfg: str | Path, out: Path, names: tuple[str, ...] = ("person",), kind: str = "yolo",

@@ -28,7 +28,7 @@ from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_grap
 
 ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
          "pipeline", "service")
-_LEAVES = ("hashing", "errors", "isa", "atomic", "staging", "readers", "params", "vocab", "importgraph", "executor", "cluster",
+_LEAVES = ("hashing", "errors", "isa", "kernels", "atomic", "staging", "readers", "params", "vocab", "importgraph", "executor", "cluster",
            "private", "attestation", "releases", "overlap", "attribution",
            "fields", "progress", "logs",
            "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",

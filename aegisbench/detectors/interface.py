@@ -35,6 +35,7 @@ from aegisbench.detectors.tiling import TilingParams, cap_detections, merge_wind
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, check_bool, check_float, check_int
 from aegisbench.hashing import rng_for
+from aegisbench.kernels import describe as describe_kernels, portable
 from aegisbench.predictions import Detections
 from aegisbench.vocab import WARP_NOISE
 
@@ -60,7 +61,11 @@ class DetectorOptions:
     padded to the stride), an int resizes the longer window side to it; ``nms_iou``
     is the model's own NMS IoU where it has one (None: the framework default, 0.7 for
     Ultralytics, 0.5 for torchvision); ``half`` is FP16 on CUDA only; ``classes`` the
-    model classes kept and written as the track's label (None: every class, its own name).
+    model classes kept and written as the track's label (None: every class, its own name);
+    ``threads`` the torch threads of a CPU model, which runs with oneDNN off
+    (:func:`aegisbench.kernels.portable`): the same predictions on every x86-64 machine for
+    the same thread count (``onednn=True``: faster, the predictions then depend on the CPU;
+    the record says so).
     """
 
     device: str = "cpu"
@@ -73,13 +78,16 @@ class DetectorOptions:
     nms_iou: float | None = None
     tiling: TilingParams = field(default_factory=TilingParams)
     classes: ClassMap | None = None
+    threads: int = 1
+    onednn: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
             raise BadInput(f"device must be cpu, cuda, cuda:N or auto, got {self.device!r}", where="--device")
-        for name in ("batch", "max_det", "max_det_frame"):
+        for name in ("batch", "max_det", "max_det_frame", "threads"):
             check_int(getattr(self, name), name, lo=1, error=BadInput, where=f"--{name.replace('_', '-')}")
         check_bool(self.half, "half")
+        check_bool(self.onednn, "onednn")
         check_float(self.conf, "conf", 0.0, 1.0, hi_open=True, error=BadInput, where="--conf")
         if self.nms_iou is not None:
             check_float(self.nms_iou, "nms_iou", 0.0, 1.0, lo_open=True, error=BadInput, where="--nms-iou")
@@ -204,8 +212,9 @@ class Detector(ABC):
         crop pixels, scores in [0, 1]. Called with ``noise=`` only when ``input_noise``."""
 
     def describe(self) -> dict:
-        """What identifies the model (for submission.yaml and resume keys)."""
-        return {"detector": self.name}
+        """What identifies the model and decides its output, the kernels it runs on included
+        (for submission.yaml and resume keys)."""
+        return {"detector": self.name, "kernels": self.kernels()}
 
     def parameters(self) -> int | None:
         """Trainable parameters of the loaded network (None when the adapter cannot tell)."""
@@ -213,9 +222,20 @@ class Detector(ABC):
         return None if net is None else int(sum(p.numel() for p in net.parameters() if p.requires_grad) or
                                             sum(p.numel() for p in net.parameters()))
 
+    def kernels(self) -> str:
+        """The kernels the model runs with (:func:`aegisbench.kernels.describe`), recorded per run."""
+        return describe_kernels(self.options.threads, onednn=self.options.onednn, device=self.options.device)
+
     def predict(self, images: Sequence[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         """Detections of each full frame (RGB uint8 ``(H, W, 3)``) in frame pixels; with
-        ``noise`` (one key per frame) WARP noise is added to every window's model input."""
+        ``noise`` (one key per frame) WARP noise is added to every window's model input.
+        On the CPU the model runs in :func:`aegisbench.kernels.portable` (``options.threads``)."""
+        if not self.options.device.startswith("cpu"):
+            return self._predict(images, noise)
+        with portable(self.options.threads, onednn=self.options.onednn):
+            return self._predict(images, noise)
+
+    def _predict(self, images: Sequence[np.ndarray], noise: InputNoise | None) -> list[Detections]:
         t0 = time.perf_counter()
         if noise is not None:
             if not self.input_noise:

@@ -9,7 +9,9 @@ windows, so people keep the pixel size they have at inference (whole 640-px fram
 packaged ``aegis_yolo_tiny.yaml`` (or any Ultralytics model YAML) with pinned seed
 and epochs, plots/AMP/validation-per-epoch off so nothing is fetched, copies the
 final checkpoint to ``<out>/weights.pt`` and scores it on the source's clean val
-(threshold frozen at maximum F1) and test splits.
+(threshold frozen at maximum F1) and test splits. Training runs in
+:func:`aegisbench.kernels.portable` (oneDNN off, ``threads`` torch threads), so the weights
+are those of every x86-64 machine; ``train.json`` records the kernels (``kernels``).
 
 >>> raw = {"epochs": 2, "crop": 256, "imgsz": 256, "sources": {"synthetic_smoke": {"epochs": 3}}}
 >>> p = ReferenceParams.from_dict(raw, "synthetic_smoke")
@@ -35,9 +37,10 @@ from aegisbench import isa
 from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
-from aegisbench.fields import Range, check_choice, check_fields
+from aegisbench.fields import Range, check_bool, check_choice, check_fields
 from aegisbench.detectors.checkpoint import portable_checkpoint
 from aegisbench.hashing import file_sha256, json_sha256, rng_for
+from aegisbench.kernels import describe as describe_kernels, portable
 
 log = logging.getLogger(__name__)
 
@@ -78,12 +81,14 @@ class ReferenceParams:
     flipud: float = 0.5
     device: str = "cpu"
     threads: int | None = 1  # torch CPU threads; 1 keeps float sums in one order (None: Ultralytics' cores - 1)
+    onednn: bool = False  # oneDNN convolutions: faster, weights then depend on the CPU (aegisbench.kernels)
     max_images: int | None = None  # cap on train images (tiny test configs)
 
     def __post_init__(self) -> None:
         where = "params.yaml: reference_detector"
         check_fields(self, _BOUNDS, error=BadInput, where=where)
         check_choice(self.optimizer, "optimizer", OPTIMIZERS, error=BadInput, where=f"{where}.optimizer")
+        check_bool(self.onednn, "onednn", error=BadInput, where=f"{where}.onednn")
         if not isinstance(self.model, str) or not self.model.endswith((".yaml", ".yml")):
             raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=where)
 
@@ -225,38 +230,18 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
                     *, score: bool = True) -> dict:
     """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``."""
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
-    from aegisbench.progress import trainer_progress
 
     isa.require("the reference detector's weights")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     import_ultralytics()
-    import torch
-    from ultralytics import YOLO
-
     # the exported crops and Ultralytics' run folder live in a scratch folder next to
     # ``out`` and are removed: the output is the weights, train.json and nothing else
     with tempfile.TemporaryDirectory(prefix=".train-", dir=out.parent) as scratch:
         work = Path(scratch)
         data_yaml = export_yolo_dataset(source_table, work / "dataset", params)
-        model = YOLO(params.model_path())
-        trainer_progress(model, f"train {Path(source_table).stem}")
-        threads = params.threads
-        if threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
-            model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(threads))
-        before = torch.get_num_threads()
         t0, c0 = time.perf_counter(), time.process_time()
-        try:
-            model.train(data=str(data_yaml), epochs=params.epochs, imgsz=params.imgsz, batch=params.batch,
-                        seed=params.seed, deterministic=True, workers=0, device=params.device,
-                        project=str(work.resolve()), name="train", exist_ok=True, plots=False, amp=False,
-                        val=False, verbose=False, pretrained=False, optimizer=params.optimizer, lr0=params.lr0,
-                        mosaic=params.mosaic, close_mosaic=params.close_mosaic, warmup_epochs=params.warmup_epochs,
-                        scale=params.scale, fliplr=params.fliplr, flipud=params.flipud, cache=False,
-                        save_period=-1, time=None, patience=params.epochs + 1)
-            trained_threads = torch.get_num_threads()
-        finally:
-            torch.set_num_threads(before)
+        trained_threads = _fit(data_yaml, work, params, f"train {Path(source_table).stem}")
         seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
         last = work / "train" / "weights" / "last.pt"
         if not last.exists():  # pragma: no cover - Ultralytics always writes last.pt
@@ -269,6 +254,7 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     report = {"source_table": Path(source_table).name, "params": dataclasses.asdict(params),
               "params_sha256": json_sha256(dataclasses.asdict(params)),
               "torch_threads": trained_threads, "weights": "weights.pt",
+              "kernels": describe_kernels(trained_threads, onednn=params.onednn, device=params.device),
               "weights_sha256": file_sha256(out / "weights.pt"),
               "detect_imgsz": params.inference_imgsz()}
     if score:
@@ -281,6 +267,31 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     report.update(train_seconds=round(seconds, 1), train_cpu_seconds=round(cpu_seconds, 1))
     log.info("reference detector trained in %.0f s -> %s", seconds, out / "weights.pt")
     return report
+
+
+def _fit(data_yaml: Path, work: Path, params: ReferenceParams, label: str) -> int:
+    """Build the model and train it with the recipe in :func:`aegisbench.kernels.portable`
+    (oneDNN off unless ``params.onednn``) on ``params.threads``; returns the torch threads it
+    trained on."""
+    import torch
+    from ultralytics import YOLO
+
+    from aegisbench.progress import trainer_progress
+
+    threads = params.threads
+    with portable(threads or torch.get_num_threads(), onednn=params.onednn):
+        model = YOLO(params.model_path())  # (its stride probe is a forward pass: on these kernels too)
+        trainer_progress(model, label)
+        if threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
+            model.add_callback("on_pretrain_routine_start", lambda _t: torch.set_num_threads(threads))
+        model.train(data=str(data_yaml), epochs=params.epochs, imgsz=params.imgsz, batch=params.batch,
+                    seed=params.seed, deterministic=True, workers=0, device=params.device,
+                    project=str(work.resolve()), name="train", exist_ok=True, plots=False, amp=False,
+                    val=False, verbose=False, pretrained=False, optimizer=params.optimizer, lr0=params.lr0,
+                    mosaic=params.mosaic, close_mosaic=params.close_mosaic, warmup_epochs=params.warmup_epochs,
+                    scale=params.scale, fliplr=params.fliplr, flipud=params.flipud, cache=False,
+                    save_period=-1, time=None, patience=params.epochs + 1)
+        return torch.get_num_threads()
 
 
 def score_on_source(detector, source_table: str | Path, batch_frames: int = 8) -> dict:

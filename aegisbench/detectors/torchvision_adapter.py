@@ -110,7 +110,8 @@ class FasterRCNNDetector(Detector):
 
     def describe(self) -> dict:
         return {"detector": self.name, "weights": Path(self.weights).name,
-                "architecture": "fasterrcnn_resnet50_fpn", "classes": list(self.names.values())}
+                "architecture": "fasterrcnn_resnet50_fpn", "classes": list(self.names.values()),
+                "kernels": self.kernels()}
 
     @property
     def network(self):

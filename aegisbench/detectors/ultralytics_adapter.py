@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +62,23 @@ def import_ultralytics():
         from aegisbench.logs import adopt
         adopt("ultralytics")
     return ultralytics
+
+
+@contextmanager
+def keep_threads():
+    """Within the block Ultralytics' predictors and trainers keep the caller's torch threads
+    (their ``select_device`` sets cores - 1 on CPU): with :func:`aegisbench.kernels.portable`,
+    the framework's own ``predict`` runs on the kernels ``detect`` runs on."""
+    import torch
+    from ultralytics.utils import torch_utils
+
+    threads, saved = torch.get_num_threads(), torch_utils.NUM_THREADS
+    torch_utils.NUM_THREADS = threads
+    try:
+        yield
+    finally:
+        torch_utils.NUM_THREADS = saved
+        torch.set_num_threads(threads)
 
 
 def _native_imgsz(width: int, height: int, stride: int = 32) -> int:
@@ -148,12 +166,18 @@ def aegis_predictor(base: type, pending: _Pending) -> type:
     """Subclass of the predictor class ``base`` that takes RGB frames (the model input is
     the framework's own: letterbox, HWC->CHW, /255; its BGR->RGB flip is simply not needed),
     adds ``pending``'s WARP noise to that tensor, and for NMS-based YOLO heads runs
-    :func:`raw_nms` (no time limit) instead of the framework's NMS."""
+    :func:`raw_nms` (no time limit) instead of the framework's NMS; its setup keeps the
+    caller's torch threads."""
     from ultralytics.models.yolo.detect import DetectionPredictor
 
     own_nms = issubclass(base, DetectionPredictor) and base.postprocess is DetectionPredictor.postprocess
 
     class AegisPredictor(base):
+        def setup_model(self, model, verbose: bool = True):
+            """The framework's setup (device, Conv+BN fusion) on the caller's torch threads."""
+            with keep_threads():
+                return super().setup_model(model, verbose)
+
         def preprocess(self, im):
             import torch
 
@@ -225,7 +249,8 @@ class UltralyticsDetector(Detector):
 
     def describe(self) -> dict:
         return {"detector": self.name, "weights": Path(self.weights).name,
-                "architecture": type(self.model.model).__name__, "classes": list(self.names.values())}
+                "architecture": type(self.model.model).__name__, "classes": list(self.names.values()),
+                "kernels": self.kernels()}
 
     @property
     def network(self):

@@ -18,6 +18,7 @@ from aegisbench.errors import BadInput
 from aegisbench.firespread import forecasters as F
 from aegisbench.firespread.submission import Key, write_submission
 from aegisbench.firespread.truth import TRAIN_SPLIT, TaskSpec, firespread_levels, read_realizations, read_test_truth
+from aegisbench.kernels import describe as describe_kernels
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,13 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
     return keys, np.concatenate(maps)
 
 
+def _convlstm_device(cfg) -> str:
+    """Where the ConvLSTM of ``cfg`` (None: the default config) runs."""
+    from aegisbench.firespread.convlstm import ConvLSTMConfig, device_of
+
+    return str(device_of(cfg or ConvLSTMConfig()))
+
+
 def write_baselines(dataset: str | Path, out_dir: str | Path, names=F.BASELINES, convlstm_cfg=None,
                     dtype: str = "float32") -> list[Path]:
     """Write ``<out_dir>/firespread_<name>/`` submissions of the reference forecasters."""
@@ -85,6 +93,8 @@ def write_baselines(dataset: str | Path, out_dir: str | Path, names=F.BASELINES,
         meta = {"name": f"firespread_{name}", "team": "AegisBench reference", "track": "firespread",
                 "model": name, "contact": "maintainers", "license": "mit", "description": DESCRIPTIONS[name],
                 "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
+        if name == "convlstm":  # the one torch model: trained and rolled out on these kernels
+            meta["kernels"] = describe_kernels(1, device=_convlstm_device(convlstm_cfg))
         folders.append(write_submission(Path(out_dir) / f"firespread_{name}", meta, keys, maps, dtype))
         log.info("wrote %s (%d maps)", folders[-1], len(keys))
     return folders

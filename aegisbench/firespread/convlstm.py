@@ -34,6 +34,7 @@ from aegisbench import isa
 from aegisbench.fields import Range, check_fields
 from aegisbench.firespread.ensemble import burnt_masks
 from aegisbench.hashing import key_digest, rng_for
+from aegisbench.kernels import portable
 
 log = logging.getLogger(__name__)
 
@@ -130,19 +131,21 @@ def train_convlstm(train: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]], o
                    cfg: ConvLSTMConfig) -> ConvLSTMCA:
     """Train on ``{s_level: {ic: (ignition_times (n, H, W), tree (H, W))}}`` of the train split.
 
-    Runs on one CPU thread: gradient sums then have one order on every machine, so the
-    same config gives the same weights whatever the core count or load."""
+    Runs on one CPU thread with oneDNN off (:func:`aegisbench.kernels.portable`): gradient
+    sums then have one order on every machine, so the same config gives the same weights
+    whatever the CPU, core count or load."""
     isa.require("the ConvLSTM's weights")
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with portable(1):
         return _train(train, observe, cfg)
-    finally:
-        torch.set_num_threads(before)
+
+
+def device_of(cfg: ConvLSTMConfig) -> torch.device:
+    """Where the ConvLSTM of ``cfg`` trains: ``cfg.device``, else the GPU if any, else the CPU."""
+    return torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
 def _train(train, observe: int, cfg: ConvLSTMConfig) -> ConvLSTMCA:
-    dev = torch.device(cfg.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = device_of(cfg)
     pool = [(s, ic, j) for s, by_ic in sorted(train.items()) for ic, (tau, _) in sorted(by_ic.items())
             for j in range(len(tau))]
     if not pool:
@@ -179,8 +182,17 @@ def _train(train, observe: int, cfg: ConvLSTMConfig) -> ConvLSTMCA:
 @torch.no_grad()
 def predict_convlstm(net: ConvLSTMCA, tree: np.ndarray, observed: np.ndarray, p_ignite: float, horizon: int,
                      batch: int = 16) -> np.ndarray:
-    """``(n, horizon, H, W)`` float32 forecasts for observed frames ``(n, k, H, W)``."""
+    """``(n, horizon, H, W)`` float32 forecasts for observed frames ``(n, k, H, W)`` (on the
+    CPU in :func:`aegisbench.kernels.portable`: the same maps on every machine)."""
     dev = next(net.parameters()).device
+    if dev.type == "cpu":
+        with portable(1):
+            return _rollout(net, dev, tree, observed, p_ignite, horizon, batch)
+    return _rollout(net, dev, tree, observed, p_ignite, horizon, batch)
+
+
+def _rollout(net: ConvLSTMCA, dev, tree: np.ndarray, observed: np.ndarray, p_ignite: float, horizon: int,
+             batch: int) -> np.ndarray:
     out = []
     for a in range(0, len(observed), batch):
         x = torch.as_tensor(np.asarray(observed[a:a + batch], np.float32), device=dev)
