@@ -30,7 +30,7 @@ from aegisbench.vocab import CLEAN, FIRESPREAD, WARP_GRID, WARP_NOISE, WARP_PATC
 COLLAPSE = "⛔"
 SILENT = "⚠"
 # which metrics get a per-condition table (registered names, checked on import)
-MARKDOWN_METRICS = {FIRESPREAD: selection("f1", "average_precision", "brier", "ece", "excess_brier")}
+MARKDOWN_METRICS = {FIRESPREAD: selection("f1", "average_precision", "brier", "ece", "ece_seed003", "excess_brier")}
 DETECTION_MARKDOWN = selection("recall", "precision", "map50", "fp")
 
 
