@@ -21,11 +21,14 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from aegisbench import isa, kernels
+from aegisbench.cli import main
 from aegisbench.detectors.interface import DetectorOptions
 from aegisbench.detectors.reference import ReferenceParams
 from aegisbench.errors import BadInput
+from _detkit import TINY_YOLO, trained_checkpoint
 from _evalkit import materialize, tiny_params
 
 TINY = {"synthetic_sar": {"n_train": 3, "n_val": 2, "n_test": 2, "images_per_flight": 1, "large_fraction": 0.0},
@@ -151,6 +154,21 @@ def test_mkl_runs_its_compatible_branch_and_avx2_would_not_pin_an_amd_cpu():
     vendor = "AMD" if "AuthenticAMD" in Path("/proc/cpuinfo").read_text() else "Intel"
     # the 0.5 pin: Intel runs its AVX2 branch, an AMD CPU its own AUTO one (different arithmetic)
     assert asked_avx2 == {"AMD": "CNR:AUTO", "Intel": "CNR:AVX2"}[vendor]
+
+
+def test_each_row_says_the_kernels_it_was_computed_on(repo, tmp_path):
+    """``detect`` records the machine class in submission.yaml; ``evaluate`` carries it into
+    the results' provenance, where the leaderboard reads a row's."""
+    weights = trained_checkpoint(TINY_YOLO, tmp_path / "tiny.pt")
+    out = tmp_path / "subs" / "tiny"
+    assert main(["detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(repo), "--track", "sar",
+                 "--out", str(out), "--team", "t", "--conf", "0", "--batch", "4", "--no-progress"]) == 0
+    said = kernels.describe(1)
+    assert yaml.safe_load((out / "submission.yaml").read_text())["detector"]["kernels"] == said
+    assert main(["evaluate", str(out), "--dataset", str(repo), "--out", str(tmp_path / "results"),
+                 "--n-resamples", "10"]) == 0
+    (prov,) = [json.loads(p.read_text()) for p in (tmp_path / "results").rglob("provenance.json")]
+    assert prov["kernels"] == said and ", oneDNN off, " in said
 
 
 def test_portable_restores_the_callers_settings_and_refuses_bad_threads():

@@ -87,10 +87,27 @@ def provenance(sub, index, params, artefacts: list[str], **track_fields) -> dict
         common["metadata"] = dict(m.metadata)
     if m.weights_sha256:  # the weights `detect` ran: with a pipeline run, the row is "verified"
         common["weights_sha256"] = m.weights_sha256
+    kernels = recorded_kernels(m.extra)
+    if kernels:  # the machine class the model ran on (aegisbench.kernels): the same string, the same rows
+        common["kernels"] = kernels
     overlap = set(common) & set(track_fields)
     if overlap:
         raise ValueError(f"track provenance fields {sorted(overlap)} would overwrite common fields")
     return {**common, **track_fields}
+
+
+def recorded_kernels(extra: dict) -> str | None:
+    """The kernels ``submission.yaml`` says the model ran on: its detector record's ``kernels``
+    (``detect``) or its own (the ConvLSTM); None when absent or not a short string.
+
+    >>> recorded_kernels({"detector": {"kernels": "x86-64-v3, oneDNN off, MKL COMPATIBLE, 1 thread"}})
+    'x86-64-v3, oneDNN off, MKL COMPATIBLE, 1 thread'
+    >>> recorded_kernels({"kernels": ["not", "a string"]}) is None
+    True
+    """
+    det = extra.get("detector")
+    value = det.get("kernels") if isinstance(det, dict) else extra.get("kernels")
+    return value if isinstance(value, str) and 0 < len(value) <= 200 else None
 
 
 def jsonable(obj):
