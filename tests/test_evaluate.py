@@ -274,10 +274,15 @@ def test_smoke_time_to_detect_image_level_and_warp_patch(tmp_path, repo, index):
         at_start = next(k for k in range(len(g)) if g.group_id[k] == group and g.frame_index[k] == start)
         want.append(hit[0] - start)
         minutes.append((g.time_s[hit[1]] - g.time_s[at_start]) / 60)
-    assert ttd["frames"].to_list() == want and ttd["detected"].all() and min(minutes) > 0
-    assert ttd["minutes"].to_list() == pytest.approx(minutes)
+    # a sequence whose fire starts but shows no smoke box in the test frames is never detected (no delay)
+    never = ttd.filter(~pl.col("group_id").is_in(list(first)))
+    assert never["frames"].to_list() == [None] * never.height and not never["detected"].any()
+    seen = ttd.filter(pl.col("group_id").is_in(list(first)))
+    assert seen["frames"].to_list() == want and seen["detected"].all() and min(minutes) > 0
+    assert seen["minutes"].to_list() == pytest.approx(minutes)
     assert m[(src, "clean", "time_to_detect_frames")]["value"] == pytest.approx(np.mean(want))
-    assert m[(src, "clean", "time_to_detect_frames_sd")]["value"] == pytest.approx(np.std(want, ddof=1))
+    sd = m[(src, "clean", "time_to_detect_frames_sd")]["value"]
+    assert sd == pytest.approx(np.std(want, ddof=1)) if len(want) > 1 else sd is None
     n_pos = sum(1 for b in g.boxes if len(b))
     assert m[(src, "clean", "image_recall")]["value"] == pytest.approx((n_pos - len(first)) / n_pos)
     assert m[(src, "clean", "image_precision")]["value"] == 1.0
