@@ -161,7 +161,7 @@ def _strata_cell(c: dict) -> str:
     return f"{c['base']}{note} {c['ci']}".strip() if "base" in c else c["text"]
 
 
-WARP_PATCH_METRICS = selection("alpha", "beta", "gamma")
+WARP_PATCH_METRICS = selection("alpha", "beta", "gamma", "gamma_positions")
 
 
 def _warp(section: Section) -> list[str]:
@@ -173,10 +173,11 @@ def _warp(section: Section) -> list[str]:
     out = ["### WARP (seed 000)", ""]
     names = [_name(m) for m in section.models]
     if noise:
-        out += ["Global noise `x' = (1 - a) x + a σ r` (at the model input for wrapped detectors, on "
-                "the stored frame for prediction files; see the dataset card). The mAP loss is "
+        out += ["Global noise `x' = (1 - a) x + a σ r` at the model input of the clean smoke test frames "
+                "(`aegisbench warp-detect`; the dataset stores no noisy frames). The mAP loss is "
                 "`100 (mAP_clean - mAP_a) / mAP_clean`, a positive percentage as in the seed's "
-                "tables: **lower is better** (negative: the noise raised mAP).", ""]
+                "tables, with its bootstrap interval (a step where the loss falls inside the interval "
+                "is noise, not a trend): **lower is better** (negative: the noise raised mAP).", ""]
         body = [[md_code(c["config"])] + [_cell_text(section, m.submission, c["config"], "warp_map_loss")
                                           for m in section.models] for c in noise]
         out += _table(["noise level", *(f"{n}: {_label('warp_map_loss')}" for n in names)], body,
