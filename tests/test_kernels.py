@@ -195,3 +195,19 @@ def test_bad_kernel_settings_are_refused():
     with pytest.raises(BadInput, match="reference_detector.onednn: must be true or false"):
         ReferenceParams.from_dict({"onednn": "yes"})
     assert DetectorOptions(onednn=True, threads=2).threads == 2
+
+
+def test_detect_takes_threads_and_onednn_from_the_command_line(tmp_path, capsys):
+    """``detect --threads N --onednn`` reach DetectorOptions (the kernels every row records); a thread
+    count below 1 is one line naming --threads, exit 2, nothing written."""
+    from aegisbench.cli import build_parser, main
+    from aegisbench.detectors.commands import _options
+
+    args = build_parser().parse_args(["detect", "--detector", "yolo", "--weights", "w.pt", "--track", "sar",
+                                      "--out", str(tmp_path / "s"), "--threads", "2", "--onednn"])
+    opts = _options(args)
+    assert (opts.threads, opts.onednn) == (2, True)
+    assert main(["detect", "--detector", "yolo", "--weights", str(tmp_path / "w.pt"), "--track", "sar", "--team", "t",
+                 "--dataset", str(tmp_path / "none"), "--out", str(tmp_path / "s"), "--threads", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "--threads" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()

@@ -158,6 +158,10 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--half", action="store_true", help="FP16 inference on CUDA")
     g.add_argument("--conf", type=float, default=0.001, help="score floor handed to the model (near zero)")
     g.add_argument("--imgsz", type=int, help="model input size (default: native window size)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads of a CPU model (results repeat for one "
+                   "thread count: every row records it)")
+    g.add_argument("--onednn", action="store_true", help="CPU: use oneDNN's kernels (faster; the predictions then "
+                   "depend on the CPU, and every row says so)")
     t = p.add_argument_group("tiling and loading")
     t.add_argument("--tile", type=int, default=1024, help="tile size for frames larger than it")
     t.add_argument("--overlap", type=int, default=256, help="tile overlap in px")
@@ -177,7 +181,7 @@ def _options(args):
     except (TypeError, ValueError) as exc:
         raise BadInput(str(exc), where="--tile/--overlap/--merge-iou") from None
     return DetectorOptions(device=args.device, batch=args.batch, half=args.half, conf=args.conf,
-                           imgsz=args.imgsz, tiling=tiling)
+                           imgsz=args.imgsz, tiling=tiling, threads=args.threads, onednn=args.onednn)
 
 
 def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, object]:
