@@ -115,12 +115,15 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default="params.yaml", help="params file")
 
 
-def executor_args(p: argparse.ArgumentParser) -> None:
-    """``--executor``, ``--workers``, ``--ray-address`` (defaults: the AEGISBENCH_* variables)."""
-    p.add_argument("--executor", metavar="{local,ray}",
-                   help="local (default: processes on this machine) or ray (a Ray cluster)")
-    p.add_argument("--workers", type=int, help="local worker processes (default build.workers); the CPUs of a "
-                   "local Ray started for --executor ray without --ray-address")
+def executor_args(p: argparse.ArgumentParser,
+                  executor: str = "local (default: processes on this machine) or ray (a Ray cluster)",
+                  workers: str = "local worker processes (default build.workers); the CPUs of a local Ray "
+                                 "started for --executor ray without --ray-address") -> None:
+    """``--executor``, ``--workers``, ``--ray-address`` of every command that runs on an executor
+    (defaults: the AEGISBENCH_* variables); ``executor`` / ``workers``: the command's own words
+    for the first two."""
+    p.add_argument("--executor", metavar="{local,ray}", help=executor)
+    p.add_argument("--workers", type=int, help=workers)
     p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
 
 

@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command, export_global_options
 from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
@@ -112,12 +113,10 @@ def _register_warp(sub: argparse._SubParsersAction) -> None:
 
 
 def _executor_args(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument("--executor", metavar="{local,ray}",
-                   help=f"where {what} runs: local (default: this process, or --workers processes) or ray "
-                   "(Ray Data actors, one per GPU of the cluster)")
-    p.add_argument("--workers", type=int, help="local worker processes, each with its own model (default 1: "
-                   "this process); the CPUs of a local Ray started for --executor ray")
-    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    executor_args(p, f"where {what} runs: local (default: this process, or --workers processes) or ray "
+                  "(Ray Data actors, one per GPU of the cluster)",
+                  "local worker processes, each with its own model (default 1: this process); the CPUs of a "
+                  "local Ray started for --executor ray")
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:

@@ -20,6 +20,7 @@ import logging
 import sys
 from pathlib import Path
 
+from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command
 from aegisbench.fields import deprecated_alias, did_you_mean
 from aegisbench.overlap import declare_io
@@ -101,11 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", metavar="DIR",
                    help="the private label repo of a dataset whose test labels are withheld (default: "
                         "private/labels when it exists)")
-    p.add_argument("--executor", metavar="{local,ray}",
-                   help="local (default) or ray: where the sources of the track are scored "
-                   "(each source is independent)")
-    p.add_argument("--workers", type=int, help="local worker processes (default 1: this process)")
-    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    executor_args(p, "local (default) or ray: where the sources of the track are scored (each source is "
+                  "independent)", "local worker processes (default 1: this process)")
     declare_io(p, reads={"submission": "submission", "dataset": "--dataset", "labels": "--labels"},
                writes={"results": "--results"})
     p.set_defaults(func=cmd_evaluate)
