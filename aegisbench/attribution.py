@@ -24,6 +24,7 @@ import functools
 import re
 
 from aegisbench.errors import BadInput
+from aegisbench.fields import check_url
 
 #: the licence value of a source whose licence nobody stated (a build may use it; publish refuses it)
 UNKNOWN = "unknown"
@@ -139,9 +140,10 @@ def check_citation(text: object, where: str = "citation") -> str:
 
 
 def check_homepage(url: object, where: str = "homepage") -> str:
-    """An ``http(s)`` URL (no spaces, no user:password@), or ''."""
+    """An ``http(s)`` URL with a host (:func:`aegisbench.fields.check_url`, the rule of every URL a
+    submitter gives) of at most :data:`MAX_HOMEPAGE` characters and without ``user:password@``, or ''."""
     if url is None or url == "":
         return ""
-    if not isinstance(url, str) or len(url) > MAX_HOMEPAGE or not _HOMEPAGE.match(url):
+    if not isinstance(url, str) or len(url) > MAX_HOMEPAGE or check_url(url) is None or not _HOMEPAGE.match(url):
         raise BadInput(f"{str(url)[:80]!r} is not an http(s) URL", where=where)
     return url

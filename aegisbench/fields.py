@@ -30,6 +30,7 @@ import difflib
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 from typing import Any
 
 import numpy as np
@@ -243,3 +244,19 @@ def deprecated_alias(p: argparse.ArgumentParser, old: str, new: str) -> None:
     target = p._option_string_actions[new]
     p.add_argument(old, action=DeprecatedAlias, dest=target.dest, canonical=new, type=target.type,
                    metavar=target.metavar)
+
+
+#: longest URL a submitter or a source may give (characters)
+MAX_URL = 500
+
+
+def check_url(value) -> str | None:
+    """``value`` when it is an http(s) URL with a host (no spaces, at most 500 chars), else None."""
+    if not isinstance(value, str) or len(value) > MAX_URL or any(c.isspace() for c in value):
+        return None
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        return None
+    return value if parts.scheme in ("http", "https") and host and "." in host.strip(".") else None

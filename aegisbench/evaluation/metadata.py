@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from urllib.parse import urlsplit
 
+from aegisbench.fields import check_url
 from aegisbench.vocab import REQUIRED_FIELDS
 
 #: field -> what it holds (the order is the page's column order)
@@ -38,7 +38,6 @@ METADATA_FIELDS = {
 }
 URL_FIELDS = ("paper", "code")
 MAX_TEXT = 300
-MAX_URL = 500
 #: the most trainable parameters a model may declare (ten trillion)
 MAX_PARAMETERS = 10**13
 #: longest value of a required field of submission.yaml (characters); ``description`` may hold line breaks
@@ -59,18 +58,6 @@ def text_problem(value: str, max_chars: int, multiline: bool = False) -> str | N
         if not (multiline and c in "\n\t"):
             return f"holds a control or bidirectional-override character (U+{ord(c):04X}): write plain text"
     return None
-
-
-def check_url(value) -> str | None:
-    """``value`` when it is an http(s) URL with a host (no spaces, at most 500 chars), else None."""
-    if not isinstance(value, str) or len(value) > MAX_URL or any(c.isspace() for c in value):
-        return None
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-    except ValueError:
-        return None
-    return value if parts.scheme in ("http", "https") and host and "." in host.strip(".") else None
 
 
 def check_date(value) -> str | None:
