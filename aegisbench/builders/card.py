@@ -24,8 +24,8 @@ import re
 import yaml
 
 from aegisbench.attribution import UNKNOWN, hub_license, license_url
-from aegisbench.builders.card_sections import (citation_section, data_fields, licensing, limitations,
-                                               personal_information, source_data, warp_notes)
+from aegisbench.builders.card_sections import (citation_section, data_fields, is_synthetic, licensing,
+                                               limitations, personal_information, source_data, warp_notes)
 from aegisbench.hashing import canonical_json
 from aegisbench.builders.hfrepo import FEATURES
 from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
@@ -78,10 +78,6 @@ def size_category(rows: int) -> str:
     ('n<1K', '10K<n<100K')
     """
     return next((name for top, name in SIZE_CATEGORIES if rows < top), "n>100M")
-
-
-def _synthetic(source: dict) -> bool:
-    return str(source.get("kind", "")).startswith(("synthetic", "firespread"))
 
 
 def arrow_num_bytes(paths, features) -> int:
@@ -143,9 +139,9 @@ def _front_matter(configs: dict, sources: list[dict], sizes: dict | None) -> dic
         "pretty_name": "AegisBench",
         **_licenses(sources),
         "language": ["en"],
-        "annotations_creators": sorted({"machine-generated" if _synthetic(s) else "found" for s in sources}),
+        "annotations_creators": sorted({"machine-generated" if is_synthetic(s) else "found" for s in sources}),
         "size_categories": [size_category(rows)],
-        "source_datasets": sorted({"original" if _synthetic(s) else f"extended|{s['name']}" for s in sources}),
+        "source_datasets": sorted({"original" if is_synthetic(s) else f"extended|{s['name']}" for s in sources}),
         "task_categories": ["object-detection"] + (["time-series-forecasting"] if any(
             s["track"] == "firespread" for s in sources) else []),
         "task_ids": [TASK_IDS[t] for t in tracks if t in TASK_IDS],

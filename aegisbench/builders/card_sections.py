@@ -80,7 +80,8 @@ def data_fields(groups: list[tuple[str, object]]) -> list[str]:
     return out
 
 
-def _synthetic(source: dict) -> bool:
+def is_synthetic(source: dict) -> bool:
+    """A source the package generates (synthetic scenes, the fire-spread simulator), not found data."""
     return str(source.get("kind", "")).startswith(("synthetic", "firespread"))
 
 
@@ -109,7 +110,7 @@ def source_data(sources: list[dict]) -> list[str]:
 
 def personal_information(sources: list[dict]) -> list[str]:
     """"Personal and Sensitive Information": what the frames may show of people, per kind of source."""
-    real = [s["name"] for s in sources if not _synthetic(s)]
+    real = [s["name"] for s in sources if not is_synthetic(s)]
     out = ["## Personal and Sensitive Information", ""]
     if real:
         out.append(f"Frames of {', '.join(f'`{n}`' for n in real)} are real aerial or camera "
@@ -135,7 +136,7 @@ def limitations(sources: list[dict]) -> list[str]:
            "two models whose intervals overlap are not ranked apart.",
            "- Detection is scored against the source's own boxes: missed or loose annotations of the source "
            "stay in every condition."]
-    if any(_synthetic(s) for s in sources):
+    if any(is_synthetic(s) for s in sources):
         out.append("- The embedded synthetic sources are a self-contained default for running the pipeline "
                    "without data; their frames are simpler than real ones and scores on them do not transfer "
                    "to real imagery.")

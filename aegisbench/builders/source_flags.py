@@ -127,15 +127,19 @@ def _flag_values(args) -> dict:
 
 
 def source_entry(args) -> dict:
-    """The params source entry of ``--source-dir`` and its flags, checked: BadInput naming the flag."""
+    """The params source entry of ``--source-dir`` and its flags, checked: BadInput naming the flag
+    (the source's own fields by :class:`~aegisbench.params.SourceParams`, its options by the adapters)."""
     from aegisbench.builders.adapters import SourceSpec
     if not (args.format and args.name):
         raise BadInput("--source-dir needs --source-format and --source (its name)", where="command line")
     check_choice(args.format, "format", SOURCE_FORMATS, error=BadInput, where="--source-format")
+    given = _attribution(args)
     try:
-        SourceParams(name=args.name, track=args.track, kind=args.format, modality=args.modality or "rgb")
+        src = SourceParams(name=args.name, track=args.track, kind=args.format, modality=args.modality or "rgb",
+                           **given)
     except BadInput as exc:
-        flags = {"track": "--track", "kind": "--source-format", "modality": "--modality"}
+        flags = {"track": "--track", "kind": "--source-format", "modality": "--modality",
+                 **{k: _flag(k) for k in ATTRIBUTION}}
         raise BadInput(exc.message, where=flags.get(str(exc.where).rpartition(".")[2], "--source")) from None
     check_choice(args.track, "track", DETECTION_TRACKS, error=BadInput, where="--track")
     target = args.target_label or TRACK_LABELS[args.track]
@@ -147,31 +151,25 @@ def source_entry(args) -> dict:
     except BadInput as exc:  # the adapters' messages start with the option's key
         key = next((k for k in sorted(options, key=len, reverse=True) if exc.message.startswith(k)), None)
         raise BadInput(exc.message, where=_flag(key) if key else "--source-dir") from None
-    entry = {"track": args.track, "kind": args.format, "options": options, **_attribution(args)}
+    entry = {"track": args.track, "kind": args.format, "options": options,
+             **{k: getattr(src, k) for k in given}}  # as SourceParams wrote them (the SPDX spelling)
     if args.modality:
         entry["modality"] = args.modality
     return entry
 
 
+#: the source fields given as flags (``--license``...), checked by :class:`~aegisbench.params.SourceParams`
+ATTRIBUTION = ("license", "citation", "homepage", "description")
+
+
 def _attribution(args) -> dict:
-    """``license``/``citation``/``homepage``/``description`` of ``--source-dir`` (checked; BadInput
-    naming the flag). ``--citation`` is BibTeX text when it starts with ``@``, else a .bib file."""
-    from aegisbench.attribution import MAX_CITATION, check_citation, check_homepage, spdx_license
+    """The ``--license``/``--citation``/``--homepage``/``--description`` given, as text:
+    ``--citation`` is BibTeX when it starts with ``@``, else a .bib file, read here (bounded)."""
+    from aegisbench.attribution import MAX_CITATION
     from aegisbench.readers import read_text
-    out = {}
-    if args.license is not None:
-        out["license"] = spdx_license(args.license, where="--license")
-    else:
+    out = {k: getattr(args, k) for k in ATTRIBUTION if getattr(args, k) is not None}
+    if "license" not in out:
         log.warning("no --license: the card says the licence of %s is unknown, and publish refuses that", args.name)
-    if args.citation is not None:
-        text = args.citation
-        if not text.lstrip().startswith("@"):
-            text = read_text(text, "--citation file", limit=MAX_CITATION * 4)
-        out["citation"] = check_citation(text, where="--citation")
-    if args.homepage is not None:
-        out["homepage"] = check_homepage(args.homepage, where="--homepage")
-    if args.description is not None:
-        if len(args.description) > 2000:
-            raise BadInput("at most 2000 characters", where="--description")
-        out["description"] = args.description
+    if "citation" in out and not out["citation"].lstrip().startswith("@"):
+        out["citation"] = read_text(out["citation"], "--citation file", limit=MAX_CITATION * 4)
     return out
