@@ -28,7 +28,7 @@ from test_executor import die_once, fail_on_three, reference_build, slow_square 
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = Executor("ray", workers=2)
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning:ray"), pytest.mark.ray_driver]
 
 
 @pytest.fixture(scope="module", autouse=True)

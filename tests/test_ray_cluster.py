@@ -25,7 +25,7 @@ from aegisbench.cli import main  # noqa: E402
 from test_executor import reference_build  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning:ray"), pytest.mark.ray_driver]
 
 
 @pytest.fixture(scope="module")

@@ -275,6 +275,7 @@ def test_a_second_sweep_replaces_the_first_and_other_tracks_are_refused(repo, yo
     assert sorted(p.name for p in sar_like.iterdir()) == ["submission.yaml"]
 
 
+@pytest.mark.ray_driver
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray")
 def test_the_sweep_on_ray_equals_local(repo, yolo_pt, tmp_path):
     """Real Ray Data actors read the clean frames and add the same noise as the local run."""
