@@ -8,6 +8,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from aegisbench.errors import BadInput
 from aegisbench.pipeline.summaries import ladder_failures, ladder_summary, main
 
@@ -39,9 +41,12 @@ def test_an_older_report_with_one_ok_is_refused():
     try:
         ladder_summary(old)
     except BadInput as exc:
-        assert "no monotone / on_target verdicts" in str(exc)
+        assert "not a calibration report of this version: 'tolerance' is missing" in str(exc)
     else:
         raise AssertionError("an old report was summarised")
+    old["tolerance"] = 0.02
+    with pytest.raises(BadInput, match="'corruptions.fog.on_target' is missing"):
+        ladder_summary(old)
 
 
 def test_bad_inputs_exit_2_with_one_line_and_write_nothing(tmp_path, capsys):

@@ -402,12 +402,14 @@ def test_detect_requires_a_team_unless_reference(tmp_path, capsys):
 
 def test_a_calibration_report_of_another_version_is_refused(tmp_path):
     from aegisbench.errors import BadInput
-    from aegisbench.leaderboard.gallery import read_calibration
+    from aegisbench.leaderboard.calibration_report import read_calibration_report
     old = tmp_path / "report.json"
-    old.write_text(json.dumps({"ok": True, "corruptions": {"low_light": {"monotone": True, "ok": True, "severities": {
-        "s1": {"mean": 0.2, "target": 0.2355, "rel_error": 0.15}}}}}))
-    with pytest.raises(BadInput, match=f"{old}: not a calibration report of this version"):
-        read_calibration(old)
+    old.write_text(json.dumps({"ok": True, "tolerance": 0.02, "corruptions": {"low_light": {
+        "monotone": True, "on_target": True, "ok": True, "severities": {
+            "s1": {"mean": 0.2, "target": 0.2355, "rel_error": 0.15}}}}}))
+    with pytest.raises(BadInput, match=f"{old}: not a calibration report of this version: "
+                                       "'corruptions.low_light.severities.s1.measured' is missing"):
+        read_calibration_report(old)
 
 
 def test_each_detection_section_says_what_its_results_show(board):

@@ -8,7 +8,8 @@ a header row, then one row per corruption in registry order, of every corruption
 built for the source's sensor (:func:`~aegisbench.corruptions.preview.grid_corruptions`),
 columns clean, s1, s2, s3), its physical model (the registry's summary and the docstring of
 its function) and the declared statistic with its target and the fitted parameter at each
-severity; with the calibrate stage's report, also the value measured at each severity, its
+severity; with the calibrate stage's report (read and checked by
+:mod:`~aegisbench.leaderboard.calibration_report`), also the value measured at each severity, its
 difference from the target in %, the frames it was measured on and the ladder's two verdicts,
 ``monotone`` and ``on target`` (never one ``ok``). A corruption not built for the source's sensor has no row (the source's note on
 the page names it). A grid whose size matches none of those layouts is refused (BadInput
@@ -16,9 +17,11 @@ naming it): it was not written by this code.
 
 >>> describe("low_light")["ladder"][0]["target"]
 '0.2355'
->>> m = {"low_light": {"monotone": True, "on_target": False, "target_source": "HERIDAL", "severities": {
-...     f"s{k}": {"measured": 0.2, "diff_pct": -15.0, "on_target": False} for k in (1, 2, 3)}}}
->>> d = describe("low_light", m, {"frames": 20, "sources": ["synthetic_sar"]})
+>>> from aegisbench.leaderboard.calibration_report import parse_calibration_report
+>>> m = parse_calibration_report({"tolerance": 0.02, "measured_on": {"frames": 20, "sources": ["synthetic_sar"]},
+...     "corruptions": {"low_light": {"monotone": True, "on_target": False, "target_source": "HERIDAL", "severities": {
+...     f"s{k}": {"measured": 0.2, "diff_pct": -15.0, "on_target": False} for k in (1, 2, 3)}}}})
+>>> d = describe("low_light", m)
 >>> d["verdicts"], d["ladder"][0]["measured"], d["ladder"][0]["diff"]
 ('monotone: yes; on target (within 2%): 0 of 3 severities', '0.2', '-15.0%')
 """
@@ -36,7 +39,7 @@ from aegisbench.builders.card import corruption_model_text
 from aegisbench.corruptions.preview import grid_corruptions
 from aegisbench.corruptions.registry import SEVERITIES, get_spec
 from aegisbench.errors import BadInput
-from aegisbench.readers import read_json
+from aegisbench.leaderboard.calibration_report import CalibrationReportView, read_calibration_report
 from aegisbench.vocab import CLEAN, MODALITIES, severity_key
 
 log = logging.getLogger(__name__)
@@ -45,51 +48,32 @@ LABEL_W, LABEL_H, GAP = 130, 22, 2
 GRID_SUFFIX = "_grid.png"
 
 
-def describe(name: str, measured: dict | None = None, measured_on: dict | None = None,
-             tolerance: float = 0.02) -> dict:
+def describe(name: str, report: CalibrationReportView | None = None) -> dict:
     """Family, model text, sensors, statistic and its declared ladder (target and fitted
     parameter per severity) of one corruption, from the corruption registry; with the
-    calibration report's ladders (``measured``), each severity's measured value and its
-    difference in %, the frames (``measured_on``) and the two verdicts."""
+    calibration report, each severity's measured value and its difference in %, the frames
+    it was measured on and the ladder's two verdicts."""
     spec = get_spec(name)
-    lad = (measured or {}).get(name) or {}
-    sev = lad.get("severities") or {}
+    lad = report.ladders.get(name) if report is not None else None
+    sev = lad.severities if lad is not None else {}
     ladder = [{"severity": severity_key(s), "target": f"{t:g}",
                "param": f"{getattr(spec.severities[s], spec.fit_param):g}" if s in spec.severities else "",
-               **({"measured": f"{sev[severity_key(s)]['measured']:.4g}",
-                   "diff": f"{sev[severity_key(s)]['diff_pct']:+.1f}%",
-                   "on_target": bool(sev[severity_key(s)]["on_target"])} if severity_key(s) in sev else {})}
+               **({"measured": f"{sev[severity_key(s)].measured:.4g}",
+                   "diff": f"{sev[severity_key(s)].diff_pct:+.1f}%",
+                   "on_target": sev[severity_key(s)].on_target} if severity_key(s) in sev else {})}
               for s, t in zip(SEVERITIES, spec.targets)]
     out = {"name": name, "family": spec.family, "model": corruption_model_text(name), "statistic": spec.statistic,
            "direction": "falls" if spec.direction == -1 else "rises", "fit_param": spec.fit_param,
            "ladder": ladder, "sensors": ", ".join(spec.modalities), "sensor_note": spec.modality_note.rstrip("."),
            "verdicts": None, "target_source": None, "measured_on": None}
     if sev:
-        on = sum(bool(s.get("on_target")) for s in sev.values())
-        out.update(verdicts=f"monotone: {'yes' if lad.get('monotone') else 'no'}; on target (within "
-                            f"{100 * tolerance:g}%): {on} of {len(sev)} severities",
-                   target_source=str(lad.get("target_source") or ""),
-                   measured_on=f"{', '.join(map(str, (measured_on or {}).get('sources') or ['?']))}, "
-                               f"{(measured_on or {}).get('frames', '?')} frames")
+        on = sum(s.on_target for s in sev.values())
+        out.update(verdicts=f"monotone: {'yes' if lad.monotone else 'no'}; on target (within "
+                            f"{100 * report.tolerance:g}%): {on} of {len(sev)} severities",
+                   target_source=lad.target_source,
+                   measured_on=f"{', '.join(map(str, report.measured_on.get('sources') or ['?']))}, "
+                               f"{report.measured_on.get('frames', '?')} frames")
     return out
-
-
-def read_calibration(path: str | Path | None) -> tuple[dict, dict, float]:
-    """``(ladders, measured_on, tolerance)`` of a calibration report (``aegisbench calibrate
-    --metrics``); BadInput naming the file when it is not one written by this version."""
-    if path is None:
-        return {}, {}, 0.02
-    doc = read_json(path, "calibration report")
-    ladders = doc.get("corruptions") if isinstance(doc, dict) else None
-    ok = isinstance(ladders, dict) and all(
-        isinstance(v, dict) and isinstance(v.get("severities"), dict) and all(
-            isinstance(s, dict) and isinstance(s.get("measured"), (int, float))
-            and isinstance(s.get("diff_pct"), (int, float)) and isinstance(s.get("on_target"), bool)
-            for s in v["severities"].values()) for v in ladders.values())
-    if not ok or not isinstance(doc.get("tolerance"), (int, float)):
-        raise BadInput("not a calibration report of this version (per ladder and severity: measured, diff_pct, "
-                       "on_target; run the calibrate stage again)", where=str(path))
-    return ladders, doc.get("measured_on") if isinstance(doc.get("measured_on"), dict) else {}, float(doc["tolerance"])
 
 
 def grid_tiles(path: Path, sensor: str | None = None) -> dict[str, list[np.ndarray]]:
@@ -131,7 +115,7 @@ def gallery_view(preview: str | Path | None, out: Path, built: dict[str, set[str
     if not grids:
         log.warning("%s holds no *%s: no condition gallery", preview, GRID_SUFFIX)
         return None
-    measured, measured_on, tolerance = read_calibration(calibration)
+    report = read_calibration_report(calibration) if calibration is not None else None
     sources = []
     for grid in grids:
         source = grid.name[:-len(GRID_SUFFIX)]
@@ -148,6 +132,6 @@ def gallery_view(preview: str | Path | None, out: Path, built: dict[str, set[str
                     atomic_write_bytes(out / rel, buf.tobytes())
                     written.append(out / rel)
                 thumbs.append({"src": rel, "label": label, "config": CLEAN if label == CLEAN else f"{name}_{label}"})
-            rows.append({**describe(name, measured, measured_on, tolerance), "thumbs": thumbs})
+            rows.append({**describe(name, report), "thumbs": thumbs})
         sources.append({"source": source, "rows": rows})
     return {"sources": sources}

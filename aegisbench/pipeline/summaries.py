@@ -15,9 +15,12 @@ and the tolerance. The stage fails (exit 2, the summary still written) only on a
 is not monotone, or, for a fitted report, one that is off target: a measured miss of the
 HERIDAL targets on other frames is information.
 
+The report is read and checked by the one reader every consumer uses
+(:mod:`aegisbench.leaderboard.calibration_report`).
+
 >>> ladder_summary({"fit": False, "tolerance": 0.02, "corruptions": {"fog": {"monotone": True,
-...     "on_target": False, "severities": {"s1": {"diff_pct": 5.0, "on_target": False},
-...     "s2": {"diff_pct": -12.5, "on_target": False}}}}})["ladders"]
+...     "on_target": False, "severities": {"s1": {"measured": 1.05, "diff_pct": 5.0, "on_target": False},
+...     "s2": {"measured": 0.875, "diff_pct": -12.5, "on_target": False}}}}})["ladders"]
 {'fog': {'monotone': True, 'on_target': False, 'worst_miss_pct': -12.5}}
 """
 
@@ -31,7 +34,8 @@ from pathlib import Path
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.readers import read_json
+from aegisbench.leaderboard.calibration_report import (CalibrationReportView, parse_calibration_report,
+                                                       read_calibration_report)
 
 log = logging.getLogger(__name__)
 
@@ -52,26 +56,23 @@ def write_dataset_identity(repo: str | Path, out: str | Path) -> Path:
     return Path(out)
 
 
-def ladder_summary(report: dict) -> dict:
+def ladder_summary(report: CalibrationReportView | dict) -> dict:
     """Per corruption ladder of a calibration report: ``monotone``, ``on_target`` and
     ``worst_miss_pct`` (the signed % difference of the severity farthest from its target);
-    overall the ladders monotone, the cells on target and the tolerance. Never one ``ok``."""
-    if not isinstance(report, dict) or not isinstance(report.get("corruptions"), dict):
-        raise BadInput("not a calibration report (no 'corruptions' object)", where="calibration report")
+    overall the ladders monotone, the cells on target and the tolerance. Never one ``ok``.
+    ``report``: a checked report, or a parsed one (checked here)."""
+    if not isinstance(report, CalibrationReportView):
+        report = parse_calibration_report(report)
     ladders, cells, on = {}, 0, 0
-    for name, c in sorted(report["corruptions"].items()):
-        sev = [s for s in (c.get("severities") or {}).values() if isinstance(s, dict)]
-        diffs = [s["diff_pct"] for s in sev if isinstance(s.get("diff_pct"), (int, float))]
-        if "monotone" not in c or "on_target" not in c or len(diffs) != len(sev):
-            raise BadInput(f"ladder {name!r} has no monotone / on_target verdicts or diff_pct (a report of an "
-                           "older aegisbench: run the calibrate stage again)", where="calibration report")
-        cells += len(sev)
-        on += sum(bool(s.get("on_target")) for s in sev)
-        ladders[name] = {"monotone": bool(c["monotone"]), "on_target": bool(c["on_target"]),
+    for name, lad in sorted(report.ladders.items()):
+        diffs = [s.diff_pct for s in lad.severities.values()]
+        cells += len(diffs)
+        on += sum(s.on_target for s in lad.severities.values())
+        ladders[name] = {"monotone": lad.monotone, "on_target": lad.on_target,
                          "worst_miss_pct": max(diffs, key=abs) if diffs else None}
     return {"ladders": ladders, "ladders_monotone": f"{sum(v['monotone'] for v in ladders.values())}/{len(ladders)}",
-            "cells_on_target": f"{on}/{cells}", "tolerance_pct": 100.0 * float(report.get("tolerance", 0.0)),
-            "fit": bool(report.get("fit"))}
+            "cells_on_target": f"{on}/{cells}", "tolerance_pct": 100.0 * float(report.tolerance),
+            "fit": report.fit}
 
 
 def ladder_failures(summary: dict) -> list[str]:
@@ -83,7 +84,7 @@ def ladder_failures(summary: dict) -> list[str]:
 
 def write_ladder_summary(report: str | Path, out: str | Path) -> Path:
     """Write :func:`ladder_summary` of the report file ``report`` to ``out``."""
-    doc = ladder_summary(read_json(Path(report), "calibration report"))
+    doc = ladder_summary(read_calibration_report(report))
     atomic_write_text(out, json.dumps(doc, indent=1, sort_keys=True) + "\n")
     failed = ladder_failures(doc)
     if failed:
