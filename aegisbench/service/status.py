@@ -24,9 +24,10 @@ from aegisbench.leaderboard.tables import slug
 from aegisbench.service.db import FINAL, aware, events, submissions, teams
 from aegisbench.service.teams import Team
 
-#: the metrics `submit --wait` and the submission page show per source
+#: the metrics `submit --wait` and the submission page show per source (fire spread: our pooled ECE
+#: and, beside it, ``ece_seed003``, seed 003's per-map ECE, as the leaderboard shows them)
 HEADLINE = {"sar": ("recall", "precision", "f1"), "smoke": ("recall", "precision", "f1"),
-            "firespread": ("f1", "brier", "ece")}
+            "firespread": ("f1", "brier", "ece", "ece_seed003")}
 ROW_FIELDS = ("id", "phase", "track", "name", "model", "form", "size_bytes", "status", "charged", "message",
               "attempts", "content_sha256", "dataset_digest", "evaluator_version", "revision", "selected")
 
