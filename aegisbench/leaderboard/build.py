@@ -9,9 +9,10 @@ give the same bytes.
 Files written under ``out``: ``leaderboard.parquet`` (long format), ``views/*.parquet``
 (family_summary, floor, relative_drop, ranks), ``skipped.json``, ``README.md``,
 ``CITATION.bib`` (the benchmark's and the sources' BibTeX, ``citations``) and
-``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``). Optionally, outside ``out``:
-the metrics JSON for ``dvc metrics show`` and the severity curves (SVG images and their JSON
-data) for ``dvc plots show`` / ``dvc plots diff`` (see ``exports``). Submissions named as
+``site/`` (``index.html``, ``models/*.html``, ``plots/*.svg``); from the command, ``CHANGES.md``
+(the cells that differ from the leaderboard it replaces, :mod:`~aegisbench.leaderboard.changes`).
+Optionally, outside ``out``: the metrics JSON for ``dvc metrics show`` and the severity curves
+(SVG images and their JSON data) for ``dvc plots show`` / ``dvc plots diff`` (see ``exports``). Submissions named as
 references are listed first and marked everywhere. With fire-spread results, ``firespread/``
 holds the fire-spread report (seed 003 Fig. 3 from the dataset's statistic, the F2R-vs-F2S
 table by ``Var[Z_t]``) that the page also shows.
@@ -36,6 +37,7 @@ from aegisbench.atomic import atomic_write_bytes, atomic_write_text, clean_lefto
 from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import Board, build_board
+from aegisbench.leaderboard.changes_md import write_changes
 from aegisbench.leaderboard.citations import write_citations
 from aegisbench.leaderboard.exports import check_export_paths, write_metrics, write_plots
 from aegisbench.leaderboard.markdown import render_markdown
@@ -128,7 +130,8 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
                       evaluator_version: str | None = None, references=(),
                       metrics: str | Path | None = None, plots: str | Path | None = None,
                       preview: str | Path | None = None, extra_results=(), submissions=(),
-                      private: str | Path | None = None, calibration: str | Path | None = None) -> BuildReport:
+                      private: str | Path | None = None, calibration: str | Path | None = None,
+                      changes: bool = False) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
 
     ``extra_results``: results folders merged beside those under ``results`` (None: only
@@ -144,6 +147,9 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
     ``preview``: the ``preview`` stage's folder; its corruption grids become the page's
     condition gallery (one thumbnail per condition of the same frame); ``calibration``: the
     calibrate stage's report, whose measured ladders and verdicts the gallery shows.
+    ``changes``: also write ``CHANGES.md``, the cells that differ from the leaderboard published in
+    ``out`` before (:func:`~aegisbench.leaderboard.changes_md.write_changes`; the pipeline's stage;
+    off for a hosted board, whose revisions are rebuilt byte for byte into an empty folder).
     """
     refs = _references(references)
     refuse_overlap({"--out": out}, {"--results": [results, *extra_results], "--dataset": dataset,
@@ -156,11 +162,11 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
             if path is not None:
                 clean_leftovers(path)
         return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results,
-                      submissions, private, calibration)
+                      submissions, private, calibration, changes)
 
 
 def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None,
-           extra_results=(), submissions=(), private=None, calibration=None) -> BuildReport:
+           extra_results=(), submissions=(), private=None, calibration=None, changes=False) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect, extra_results)
@@ -176,6 +182,8 @@ def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots,
     with staged_dir(out) as staging:
         files = write_board(board, staging, firespread, preview, calibration)
         files.append(write_citations(dataset, staging, expect.dataset_digest))
+        if changes:  # against the published folder, before the swap replaces it
+            files.append(write_changes(out, board.long, staging))
     rel = tuple(sorted(p.relative_to(staging).as_posix() for p in files))
     log.info("leaderboard %s: %d results merged, %d skipped, %d files", out, len(entries), len(skipped), len(rel))
     metrics_path = write_metrics(board, metrics) if metrics is not None else None

@@ -17,9 +17,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "leaderboard", "build leaderboard/ (Parquet, Markdown, static site) from results/",
                 "Merge every current results/<id>/ into leaderboard/: long-format Parquet, README.md and a "
                 "static site, per condition with intervals (never one averaged score). Optionally also write "
-                "the per-condition metrics for `dvc metrics show` and the severity curves for `dvc plots show`.",
+                "the per-condition metrics for `dvc metrics show` and the severity curves for `dvc plots show`. "
+                "Before it replaces a published leaderboard it writes <out>/CHANGES.md: identical, or every cell "
+                "whose value or interval changed with both intervals (a warning says how many, and how many left "
+                "their old interval). --compare OLD [NEW] compares two built leaderboards the same way and builds "
+                "nothing.",
                 ["aegisbench leaderboard", "aegisbench leaderboard --reference reference_sar --strict",
-                 "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity"])
+                 "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity",
+                 "aegisbench leaderboard --compare committed/leaderboard.parquet   # against ./leaderboard"])
     p.add_argument("--results", default="results", metavar="DIR", help="the results folder: reads <results>/<id>/")
     p.add_argument("--dataset", default="data/aegisbench",
                    help="dataset repo whose manifest digest results must match")
@@ -51,20 +56,56 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "AEGISBENCH_PRIVATE): a row is verified only when its run was attested there")
     p.add_argument("--strict", action="store_true",
                    help="exit 2 if any results folder was skipped or a --reference has no merged results")
+    p.add_argument("--compare", nargs="+", default=None, metavar=("OLD", "NEW"),
+                   help="build nothing; print, as CHANGES.md words it, the cells of leaderboard NEW "
+                        "(default: --out) that differ from OLD's, each with both values and intervals (each a "
+                        "leaderboard folder or its leaderboard.parquet; compared only on one benchmark_version and "
+                        "dataset digest)")
     declare_io(p, reads={"results": "--results", "dataset": "--dataset", "preview": "--preview",
                          "submissions": "--submissions", "calibration": "--calibration"},  # --private: its private/ (build_leaderboard)
-               writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})
+               writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})  # --compare: reads, writes nothing
     p.set_defaults(func=cmd_leaderboard)
     register_export(sub)
+
+
+#: the options that only building reads: refused beside --compare, which builds nothing
+BUILD_ONLY = ("evaluator_version", "reference", "metrics", "plots", "preview", "calibration", "submissions",
+              "private", "strict")
+
+
+def cmd_compare(args) -> int:
+    """``--compare OLD [NEW]``: the changed cells of NEW (default ``--out``) against OLD, on stdout."""
+    from aegisbench.errors import BadInput
+    from aegisbench.leaderboard.changes import changed_cells, read_table
+    from aegisbench.leaderboard.changes_md import render_changes
+    from aegisbench.leaderboard.markdown import md_code
+
+    if len(args.compare) > 2:
+        raise BadInput(f"takes OLD and at most one NEW leaderboard, got {len(args.compare)} paths", where="--compare")
+    given = [name for name in BUILD_ONLY if getattr(args, name)]
+    if given:
+        raise BadInput(f"builds nothing: --{given[0].replace('_', '-')} has no use beside it", where="--compare")
+    old, new = args.compare[0], args.compare[1] if len(args.compare) == 2 else args.out
+    new_flag = "--compare" if len(args.compare) == 2 else "--out"  # NEW: the folder --out names by default
+    changes = changed_cells(read_table(old, f"--compare {old}"), read_table(new, f"{new_flag} {new}"))
+    sys.stdout.write(render_changes(changes, against=md_code(old), title=f"# Changes of {md_code(new)} against "
+                                    f"{md_code(old)}", about="Every cell (submission, source, condition, metric) "
+                                    "whose value, 95% interval or note differs, compared exactly."))
+    log.info("compare: %d of %d cells changed, %d outside their old interval; %d added, %d removed%s",
+             changes.changed, changes.compared, changes.outside, changes.added, changes.removed,
+             f" (not compared: {changes.not_comparable})" if changes.not_comparable else "")
+    return 0
 
 
 def cmd_leaderboard(args) -> int:
     from aegisbench.leaderboard.build import build_leaderboard
 
+    if args.compare is not None:
+        return cmd_compare(args)
     report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
                                references=args.reference, metrics=args.metrics, plots=args.plots,
                                preview=args.preview, submissions=args.submissions, private=args.private,
-                               calibration=args.calibration)
+                               calibration=args.calibration, changes=True)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
     # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;
