@@ -103,7 +103,7 @@ class Executor:
         kind = kind or os.environ.get(ENV["kind"]) or "local"
         if workers is None and os.environ.get(ENV["workers"]):
             text = os.environ[ENV["workers"]]
-            if not text.strip().isdigit():
+            if not (text.strip().isascii() and text.strip().isdigit()):
                 raise BadInput(f"expected a positive integer, got {text!r}", where=ENV["workers"])
             workers = int(text)
         ray_address = ray_address or os.environ.get(ENV["ray_address"]) or None

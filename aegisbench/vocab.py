@@ -137,7 +137,7 @@ def parse_severity_key(key: object) -> int | None:
     """``"s2"`` or ``2`` or ``"2"`` -> 2 (any non-negative integer); None otherwise."""
     text = str(key)
     num = text[1:] if text.startswith("s") else text
-    return int(num) if num.isdigit() else None
+    return int(num) if num.isascii() and num.isdigit() else None
 
 
 def warp_noise_config(a: float) -> str:
@@ -154,7 +154,7 @@ def parse_warp_noise_config(name: object) -> float | None:
     if not isinstance(name, str) or not name.startswith(_WARP_NOISE_PREFIX):
         return None
     tail = name[len(_WARP_NOISE_PREFIX):]
-    return int(tail) / 1000.0 if tail.isdigit() and int(tail) <= 1000 else None
+    return int(tail) / 1000.0 if tail.isascii() and tail.isdigit() and int(tail) <= 1000 else None
 
 
 #: Config of the fire-spread ensemble statistics (one row per initial condition and S-level).
@@ -171,7 +171,7 @@ def parse_firespread_config(name: object) -> int | None:
     if not isinstance(name, str) or not name.startswith(_FIRESPREAD_PREFIX):
         return None
     tail = name[len(_FIRESPREAD_PREFIX):]
-    return int(tail) if tail.isdigit() else None
+    return int(tail) if tail.isascii() and tail.isdigit() else None
 
 
 def is_firespread_config(name: object) -> bool:

@@ -282,3 +282,11 @@ def test_vocabulary_tuples_are_spelled_once(words):
               and all(isinstance(e, ast.Constant) for e in node.elts)
               and tuple(e.value for e in node.elts) == tuple(words)]
     assert not copies, f"{words} spelled by hand in {copies}: import it from aegisbench.vocab"
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "1\u00b9", "\u0663", "\uff11"])
+def test_config_numbers_are_ascii_digits_only(text):
+    """Superscripts are isdigit() but not int()-able; other scripts' digits are not our names."""
+    assert V.parse_warp_noise_config(f"warp_noise_{text}") is None
+    assert V.parse_firespread_config(f"firespread_s{text}") is None
+    assert V.parse_severity_key(f"s{text}") is None

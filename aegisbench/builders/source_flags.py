@@ -115,7 +115,7 @@ def _flag_values(args) -> dict:
         text = given["phash_max_distance"]
         if text.lower() == "none":
             given["phash_max_distance"] = None
-        elif text.isdigit():
+        elif text.isascii() and text.isdigit():
             given["phash_max_distance"] = int(text)
         else:
             raise BadInput(f"{text!r} is not a number of bits or none", where="--phash-max-distance")

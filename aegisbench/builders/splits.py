@@ -196,7 +196,7 @@ def group_frames(images: Sequence[tuple[str, str]], pattern: str | None) -> dict
             raise BadInput(f"group_pattern {pattern!r} does not match image id {iid!r} "
                            f"(it matches {hits} of {len(images)} image ids)", where=where)
         frame = m.group(2) if rx.groups >= 2 else None
-        if frame is not None and not frame.isdigit():
+        if frame is not None and not (frame.isascii() and frame.isdigit()):
             raise BadInput(f"group_pattern {pattern!r}: frame number {frame!r} is not an integer",
                            where=where)
         out[iid] = (m.group(1), int(frame) if frame is not None else -1)

@@ -65,7 +65,7 @@ def _find(names: dict[int, str], entry: str) -> int | None:
     if len(exact) + len(folded) > 1:
         raise BadInput(f"class {entry!r} names several classes of the model ({describe_classes(names)}); "
                        "give their ids", where=WHERE)
-    if entry.isdigit() and int(entry) in names:
+    if entry.isascii() and entry.isdigit() and int(entry) in names:
         return int(entry)
     return None
 

@@ -243,11 +243,8 @@ def test_form_level_refusals(site, index, tmp_path):
     assert body["error"] == f"{FILE}: the WARP tests are scored on the smoke track only"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: aegisbench/vocab.py parse_warp_noise_config takes str.isdigit() "
-                   "(true for '²', '¹' ...) as int()-able, so a warp_noise.parquet config 'warp_noise_²' with no "
-                   "declared levels raises ValueError in evaluation/warp_noise_eval.py read_noise_predictions: "
-                   "the server answers 500, not one line (both files frozen)")
 def test_a_level_in_superscript_digits_is_one_line(site, index, tmp_path):
+    """'²'.isdigit() is true and int('²') raises: vocab parses ASCII digits only (was a 500)."""
     rows = _rows(index, config="warp_noise_\u00b2")
     body = refused(site, with_sweep(smoke_folder(tmp_path / "s", index, levels=None),
                                     parquet_bytes(pa.Table.from_pylist(rows))))
