@@ -1,0 +1,145 @@
+"""Time the README's main job (``aegisbench run``) on a clean clone and write its stage timeline.
+
+    .venv/bin/python perf/main_job.py [--clone DIR] [--write-docs]
+    .venv/bin/python perf/main_job.py --from-log LOG [--write-docs]
+
+Clones this checkout's HEAD (committed files only) into DIR (a new temporary folder by default)
+and runs ``aegisbench run`` there with this venv: the install is excluded, ``PYTHONPATH`` puts
+the clone's package before this checkout's. Every output line is stamped as it arrives
+(``<epoch seconds> <line>``, kept in ``DIR/main_job.log``); the scheduler's lines
+(``stage NAME: starting`` / ``stage NAME: done at``) give the timeline. ``--from-log`` reads a
+log stamped that way instead of running. It prints the timeline as Markdown and writes it, with
+the machine (CPU model, cores, load average before and at most during the run), to
+``runs/main_job.json``; ``--write-docs`` puts the table between the ``main-job-timeline`` markers
+of docs/PERFORMANCE.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "PERFORMANCE.md"
+BEGIN, END = "<!-- main-job-timeline -->", "<!-- /main-job-timeline -->"
+START = re.compile(r"stage (\S+): starting \((\d+) running(?:, nice \+(\d+))?\)")
+DONE = re.compile(r"stage (\S+): done at")
+
+
+def machine() -> dict:
+    """CPU model and core count of this machine."""
+    model = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count()}
+
+
+def run_clone(clone: Path, log: Path) -> dict:
+    """Clone HEAD into ``clone``, run the main job there, stamp its lines into ``log``."""
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    venv_bin = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(clone)}
+    load_before, peak = os.getloadavg()[0], 0.0
+    t0 = time.time()
+    with log.open("w") as out, subprocess.Popen([str(venv_bin / "aegisbench"), "run"], cwd=clone, env=env,
+                                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                text=True) as proc:
+        out.write(f"{t0:.3f} # perf/main_job.py: aegisbench run in {clone}\n")
+        for line in proc.stdout:
+            peak = max(peak, os.getloadavg()[0])
+            out.write(f"{time.time():.3f} {line}")
+            out.flush()
+    return {"rc": proc.returncode, "load_before": load_before, "load_peak": peak}
+
+
+def timeline(log: Path) -> dict:
+    """Stage start and end (minutes from the first line) parsed from a stamped log."""
+    stages: dict[str, dict] = {}
+    t0 = last = None
+    for raw in log.read_text(errors="replace").splitlines():
+        stamp, _, text = raw.partition(" ")
+        try:
+            t = float(stamp)
+        except ValueError:
+            continue
+        t0 = t if t0 is None else t0
+        last = t
+        if m := START.search(text):
+            stages[m[1]] = {"start": round((t - t0) / 60, 2), "beside": int(m[2]) - 1,
+                            "nice": int(m[3] or 0)}
+        elif (m := DONE.search(text)) and m[1] in stages:
+            stages[m[1]]["end"] = round((t - t0) / 60, 2)
+    if t0 is None:
+        raise SystemExit(f"perf/main_job.py: {log}: no stamped line")
+    return {"total_min": round((last - t0) / 60, 2), "stages": stages}
+
+
+def markdown(result: dict) -> str:
+    """The timeline as a Markdown table, with the machine and the total."""
+    m = result["machine"]
+    lines = [f"`aegisbench run` on a clean clone at {result['commit'][:7]}: **{result['total_min']:.1f} min** "
+             f"(exit {result.get('rc', 'n/a')}), {m['cores']} cores of {m['cpu']}; load average "
+             f"{result.get('load_before', float('nan')):.2f} before, at most {result.get('load_peak', float('nan')):.2f} "
+             "during (perf/main_job.py).", "",
+             "| stage | start (min) | end (min) | minutes | nice |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, s in sorted(result["stages"].items(), key=lambda kv: (kv[1]["start"], kv[0])):
+        end = s.get("end")
+        took = f"{end - s['start']:.1f}" if end is not None else "n/a (did not finish)"
+        lines.append(f"| {name} | {s['start']:.1f} | {end if end is not None else 'n/a'} | {took} | "
+                     f"{'+' + str(s['nice']) if s['nice'] else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_docs(table: str) -> None:
+    text = DOC.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"perf/main_job.py: {DOC}: markers {BEGIN} / {END} not found")
+    head, rest = text.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    tmp = DOC.with_suffix(".md.tmp")
+    tmp.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+    tmp.replace(DOC)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clone", type=Path, help="where to clone (a new temporary folder by default)")
+    ap.add_argument("--from-log", type=Path, help="a stamped log of an earlier run instead of running")
+    ap.add_argument("--commit", help="with --from-log: the commit that run was of (default: HEAD)")
+    ap.add_argument("--write-docs", action="store_true", help="write the table into docs/PERFORMANCE.md")
+    args = ap.parse_args(argv)
+    commit = args.commit or subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, check=True,
+                                           capture_output=True, text=True).stdout.strip()
+    extra: dict = {}
+    if args.from_log:
+        log = args.from_log
+    else:
+        clone = args.clone or Path(tempfile.mkdtemp(prefix="aegis-main-job-")) / "clone"
+        log = clone.parent / "main_job.log"
+        extra = run_clone(clone, log)
+    result = {"commit": commit, "machine": machine(), **extra, **timeline(log)}
+    out = ROOT / "runs" / "main_job.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    table = markdown(result)
+    print(table)
+    if args.write_docs:
+        write_docs(table)
+    return 0 if extra.get("rc", 0) == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

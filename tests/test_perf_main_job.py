@@ -1,0 +1,36 @@
+"""perf/main_job.py reads the scheduler's stamped lines into a stage timeline (the table it
+writes into docs/PERFORMANCE.md), on a log written the way it stamps one."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("main_job", ROOT / "perf" / "main_job.py")
+main_job = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(main_job)
+
+
+def test_timeline_from_a_stamped_log(tmp_path):
+    t0 = 1_000_000.0
+    lines = [(0, "# perf/main_job.py: aegisbench run in /x"),
+             (1, "INFO aegisbench.pipeline.schedule: stage sources: starting (1 running)"),
+             (43, "INFO aegisbench.pipeline.schedule: stage sources: done at 0.7 min"),
+             (43, "INFO aegisbench.pipeline.schedule: stage train_reference@smoke: starting (1 running)"),
+             (44, "INFO aegisbench.pipeline.schedule: stage build: starting (2 running, nice +10)"),
+             (650, "INFO aegisbench.pipeline.schedule: stage build: done at 10.1 min"),
+             (900, "dataset repo: /x/data/aegisbench")]
+    log = tmp_path / "main_job.log"
+    log.write_text("".join(f"{t0 + s:.3f} {text}\n" for s, text in lines) + "rc=0\n")
+    got = main_job.timeline(log)
+    assert got["total_min"] == 15.0
+    assert got["stages"]["sources"] == {"start": round(1 / 60, 2), "end": round(43 / 60, 2), "beside": 0, "nice": 0}
+    assert got["stages"]["build"] == {"start": round(44 / 60, 2), "end": round(650 / 60, 2), "beside": 1, "nice": 10}
+    assert "end" not in got["stages"]["train_reference@smoke"]  # never finished: said so in the table
+    table = main_job.markdown({"commit": "abcdef123", "machine": {"cpu": "CPU X", "cores": 2}, "rc": 0,
+                               "load_before": 0.1, "load_peak": 2.5, **got})
+    rows = [r for r in table.splitlines() if r.startswith("| ") and "---" not in r][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| sources", "| train_reference@smoke", "| build"]
+    assert "n/a (did not finish)" in rows[1] and "| +10 |" in rows[2]
+    assert "**15.0 min** (exit 0), 2 cores of CPU X" in table
