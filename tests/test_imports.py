@@ -138,6 +138,7 @@ def test_layers_classify_as_the_data_flow_says(graph):
                 "aegisbench.leaderboard.results": "results",
     "aegisbench.leaderboard.result_files": "results", "aegisbench.leaderboard.site": "leaderboard",
                 "aegisbench.leaderboard.changes": "leaderboard", "aegisbench.leaderboard.changes_md": "leaderboard",
+                "aegisbench.leaderboard.machine": "leaderboard",
                 "aegisbench.pipeline.project": "pipeline", "aegisbench": "leaf"}
     assert {m: layer_of(graph, m) for m in expected} == expected
     assert is_cli("aegisbench.cli") and is_cli("aegisbench.pipeline.commands") and not is_cli("aegisbench.pipeline")

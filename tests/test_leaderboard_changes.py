@@ -5,6 +5,7 @@ CHANGES.md the leaderboard command writes before it swaps in a new folder, and
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -231,3 +232,64 @@ def test_an_unreadable_published_leaderboard_is_said_not_fatal(hand_results, tmp
     assert "The leaderboard it replaces could not be read (unreadable Parquet" in md and str(tmp_path) not in md
     assert any("not compared with the leaderboard it replaces, unreadable" in r.getMessage() for r in caplog.records)
     assert pl.read_parquet(lb / "leaderboard.parquet").height > 0  # the new one swapped in
+
+
+PORTABLE_CPU = "x86-64-v3, oneDNN off, MKL COMPATIBLE, 1 thread, torch 2.14.1"
+ONEDNN = "x86-64-v3, oneDNN on, MKL COMPATIBLE, 1 thread, torch 2.14.1"
+
+
+def test_changes_name_the_machine_class_of_published_and_rebuilt_rows(tmp_path):
+    old_rows = [{**r, "kernels": PORTABLE_CPU if r["submission"] == "ref" else None} for r in base_rows()]
+    new_rows = [{**r, "kernels": ONEDNN if r["submission"] == "ref" else None}
+                for r in with_value(base_rows(), "clean", "recall", value=0.514, lo=0.361, hi=0.676)]
+    new_rows.append({**cell("gpu_model", "clean", "recall", 0.6, 0.5, 0.7), "kernels": "cuda:0, torch 2.14.1"})
+    old = read_table(parquet(tmp_path / "old.parquet", old_rows))
+    got = changed_cells(old, read_table(parquet(tmp_path / "new.parquet", new_rows)))
+    assert got.machines == {"gpu_model": ("", "cuda:0, torch 2.14.1"), "ref": (PORTABLE_CPU, ONEDNN)}
+    assert got.other_machines == ["ref"]
+    md = render_changes(got)
+    assert "## Machine class per submission" in md
+    assert "The rebuilt rows of 1 submission(s) were computed on another machine class than the published rows: `ref`." in md
+    assert (f"| `ref` | `{PORTABLE_CPU}`: portable: the same bytes on every x86-64 machine | `{ONEDNN}`: "
+            "machine-dependent (oneDNN on): rows may differ on another machine | **differs** |") in md
+    assert ("| `gpu_model` | no rows | `cuda:0, torch 2.14.1`: machine-dependent (a GPU (cuda:0)): rows may differ "
+            "on another machine | — |") in md
+    # a table written before the column existed: the published class is not recorded, nothing flagged
+    before = table(base_rows()).drop("kernels")
+    got = changed_cells(before, read_table(parquet(tmp_path / "new.parquet", new_rows)))
+    assert got.machines["ref"] == (None, ONEDNN) and got.other_machines == []
+    assert f"| `ref` | not recorded | `{ONEDNN}`: machine-dependent" in render_changes(got)
+    # the same class on both sides: said, not flagged
+    same = [{**r, "kernels": PORTABLE_CPU if r["submission"] == "ref" else None}
+            for r in with_value(base_rows(), "clean", "recall", value=0.3)]
+    md = render_changes(changed_cells(old, table(same)))
+    assert "No submission's rows were computed on another recorded machine class than the published ones." in md
+    assert md.count("| same |") == 1
+
+
+def _set_kernels(results: Path, sub: str, kernels: str) -> None:
+    path = results / sub / "provenance.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "kernels": kernels}))
+
+
+def test_the_command_says_when_rows_were_rebuilt_on_another_machine_class(hand_results, tmp_path, main,  # noqa: F811
+                                                                         caplog):
+    data = fake_dataset(tmp_path / "data")
+    lb = tmp_path / "lb"
+    args = ["leaderboard", "--results", str(hand_results), "--dataset", str(data), "--out", str(lb),
+            "--evaluator-version", EV]
+    _set_kernels(hand_results, "a", PORTABLE_CPU)
+    assert main(args) == 0
+    _set_kernels(hand_results, "a", ONEDNN)  # the same results rebuilt with oneDNN on: a value moves
+    _set_value(hand_results, "a", "clean", "recall", 0.81)
+    _set_value(hand_results, "b", "clean", "recall", 0.79)  # b recorded no class
+    with caplog.at_level(logging.WARNING, logger="aegisbench"):
+        assert main(args) == 0
+    warned = [r.getMessage() for r in caplog.records if "changes" in r.name and r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "(0 added, 0 removed); 1 submission(s) rebuilt on another machine class: see" in warned[0]
+    md = (lb / CHANGES_FILE).read_text()
+    assert (f"| `a` | `{PORTABLE_CPU}`: portable: the same bytes on every x86-64 machine | `{ONEDNN}`: "
+            "machine-dependent (oneDNN on): rows may differ on another machine | **differs** |") in md
+    assert "| `b` | not recorded | not recorded | — |" in md
+    assert pl.read_parquet(lb / "leaderboard.parquet").filter(pl.col("submission") == "a")["kernels"].unique().to_list() \
+        == [ONEDNN]

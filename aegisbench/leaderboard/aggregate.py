@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from aegisbench.leaderboard.machine import recorded_kernels
 from aegisbench.leaderboard.results import FAMILY_OF, Expectation, ResultEntry, Skipped
 from aegisbench.metrics import REGISTRY
 from aegisbench.metrics.declared import LABEL_MATCH_FLAG
@@ -40,6 +41,11 @@ LONG_COLUMNS = {
     "status": pl.String,
     # the source's clean label_match is at least LABEL_MATCH_FLAG: the predictions copy the published test labels
     "matches_test_labels": pl.Boolean,
+    # the machine class the submission's model ran on (aegisbench.kernels.describe, from its provenance's
+    # ``kernels``); null where none was recorded (predictions handed in, numbers from a paper). Portable
+    # (x86-64-v3, oneDNN off, MKL COMPATIBLE, fixed threads): the same bytes on every x86-64 machine; else
+    # (oneDNN on, a GPU) the rows may differ on another machine (aegisbench.leaderboard.machine)
+    "kernels": pl.String,
 }
 _CORRUPTION_RANK = {c: i for i, c in enumerate(FAMILY_OF)}
 _FAMILY_RANK = {f: i for i, f in enumerate(FAMILIES)}
@@ -95,6 +101,7 @@ def long_table(entries: Sequence[ResultEntry], references: Collection[str] = (),
             pl.lit(entry.folder in set(references)).alias("reference"),
             pl.lit((statuses or {}).get(entry.folder, SELF_REPORTED)).alias("status"),
             pl.col("source").is_in(_copied_sources(entry.metrics)).alias("matches_test_labels"),
+            pl.lit(recorded_kernels(prov, entry.folder), dtype=pl.String).alias("kernels"),
         ))
     if not frames:
         return pl.DataFrame(schema=LONG_COLUMNS)

@@ -6,7 +6,10 @@ its value, interval (``lo``, ``hi``) or null-reason ``note`` differs, compared e
 on another machine may move a value by 1e-5). :func:`changed_cells` is a pure function of two
 tables; it compares only tables scored on one ``benchmark_version`` (``dataset_version``) and
 dataset digest (the rows of numbers taken from a paper, status ``published``, are never scored
-here and do not count) and otherwise says in one line why not. The Markdown of the result
+here and do not count) and otherwise says in one line why not. Beside the cells it gives, per
+submission with a listed cell, the machine class (``kernels``) of the published and of the rebuilt
+rows (:attr:`Changes.machines`): a change on another machine class is what a machine-dependent
+class (oneDNN on, a GPU) may do; on one portable class it is not. The Markdown of the result
 (``CHANGES.md``) and what ``aegisbench leaderboard`` does with it before it swaps in a new
 ``leaderboard/`` are in :mod:`aegisbench.leaderboard.changes_md`.
 
@@ -22,13 +25,14 @@ here and do not count) and otherwise says in one line why not. The Markdown of t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import polars as pl
 
 from aegisbench.errors import BadInput
 from aegisbench.leaderboard.aggregate import PUBLISHED
+from aegisbench.leaderboard.machine import KERNELS, by_submission
 from aegisbench.leaderboard.result_files import _read_metrics
 from aegisbench.readers import MAX_TEXT_BYTES, read_regular_bytes
 from aegisbench.vocab import CLEAN
@@ -38,10 +42,12 @@ LEADERBOARD_FILE = "leaderboard.parquet"
 KEYS = ("submission", "track", "source", "config", "metric", "stratum", "t")
 #: what a cell holds: compared exactly, null equal to null
 CELL = ("value", "lo", "hi", "note")
+#: in :attr:`Changes.machines`: the table holds no row of the submission (a class is never empty)
+NO_ROWS = ""
 _STRING, _INT, _FLOAT = "string", "integer", "number"
 REQUIRED = {"submission": _STRING, "track": _STRING, "source": _STRING, "config": _STRING, "metric": _STRING,
             "value": _FLOAT, "lo": _FLOAT, "hi": _FLOAT, "dataset_version": _STRING, "dataset_digest": _STRING}
-OPTIONAL = {"stratum": _STRING, "t": _INT, "note": _STRING, "status": _STRING}
+OPTIONAL = {"stratum": _STRING, "t": _INT, "note": _STRING, "status": _STRING, KERNELS: _STRING}
 _DTYPE = {_STRING: pl.String, _INT: pl.Int64, _FLOAT: pl.Float64}
 #: the columns of :attr:`Changes.cells`; ``change``: changed, added or removed
 CHANGE_COLUMNS = {**{k: _DTYPE[REQUIRED.get(k) or OPTIONAL[k]] for k in KEYS}, "change": pl.String,
@@ -61,6 +67,15 @@ class Changes:
     published: int
     rebuilt: int
     not_comparable: str | None = None
+    #: per submission with a listed cell, the machine class (``kernels``) of its published rows and
+    #: of its rebuilt rows (None: not recorded; :data:`NO_ROWS`: that table has no row of it), sorted
+    machines: dict = field(default_factory=dict)
+
+    @property
+    def other_machines(self) -> list[str]:
+        """The submissions whose rebuilt rows were computed on another machine class than their
+        published rows (both recorded)."""
+        return [s for s, (old, new) in self.machines.items() if old and new and old != new]
 
     def _count(self, change: str) -> int:
         return self.cells.filter(pl.col("change") == change).height
@@ -174,7 +189,9 @@ def changed_cells(published: pl.DataFrame, rebuilt: pl.DataFrame) -> Changes:
              .sort("submission", "track", "source", "_corrupted", "config", "metric", "stratum", "t",
                    nulls_last=False)
              .select([pl.col(c).cast(t) for c, t in CHANGE_COLUMNS.items()]))
-    return Changes(cells, compared, published.height, rebuilt.height)
+    there, here = by_submission(published), by_submission(rebuilt)
+    machines = {s: (there.get(s, NO_ROWS), here.get(s, NO_ROWS)) for s in sorted(set(cells["submission"].to_list()))}
+    return Changes(cells, compared, published.height, rebuilt.height, machines=machines)
 
 
 def read_table(path: str | Path, where: str | None = None) -> pl.DataFrame:

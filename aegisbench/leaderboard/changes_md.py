@@ -3,8 +3,10 @@
 :func:`render_changes` words a :class:`~aegisbench.leaderboard.changes.Changes` (computed by
 :func:`~aegisbench.leaderboard.changes.changed_cells`): one opening line (identical, not
 comparable and why, or how many cells changed and how many of them left their old 95%
-interval), a summary per submission and source, and every changed, added or removed cell with
-its old and new value and interval. Values are shown to six significant digits (a rebuild on
+interval), a summary per submission and source, the machine class (``kernels``) of each such
+submission's published and rebuilt rows (flagged when they differ: a portable class promises the
+same bytes on every x86-64 machine, a machine-dependent one does not), and every changed, added or
+removed cell with its old and new value and interval. Values are shown to six significant digits (a rebuild on
 another machine may move one by 1e-5, invisible at the page's three decimals). Sorted, with no
 timestamps or paths: two runs over the same tables write the same bytes.
 :func:`write_changes` is what ``aegisbench leaderboard`` does before it swaps in a new folder.
@@ -23,7 +25,8 @@ import polars as pl
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.leaderboard.changes import LEADERBOARD_FILE, Changes, changed_cells, read_table
+from aegisbench.leaderboard.changes import LEADERBOARD_FILE, NO_ROWS, Changes, changed_cells, read_table
+from aegisbench.leaderboard.machine import verdict
 from aegisbench.leaderboard.markdown import md_code, md_escape
 
 log = logging.getLogger(__name__)
@@ -96,12 +99,34 @@ def _cells(cells: pl.DataFrame) -> list[str]:
                   rows)
 
 
+def _class_text(kernels: str | None) -> str:
+    if kernels == NO_ROWS:
+        return "no rows"
+    return md_escape(verdict(None)) if kernels is None else f"{md_code(kernels)}: {md_escape(verdict(kernels))}"
+
+
+def _machines(changes: Changes) -> list[str]:
+    """Per submission with a listed cell: the machine class of the published and of the rebuilt
+    rows, and whether they differ."""
+    rows = [[md_code(sub), _class_text(old), _class_text(new),
+             "**differs**" if sub in changes.other_machines else "same" if old and old == new else "—"]
+            for sub, (old, new) in changes.machines.items()]
+    other = changes.other_machines
+    lead = (f"The rebuilt rows of {len(other)} submission(s) were computed on another machine class than the "
+            f"published rows: {', '.join(md_code(s) for s in other)}." if other else
+            "No submission's rows were computed on another recorded machine class than the published ones.")
+    return [lead, "", *_table(["submission", "published rows computed on", "rebuilt rows computed on",
+                               "machine class"], rows)]
+
+
 def render_changes(changes: Changes, against: str = REPLACED, title: str = _TITLE, about: str = _ABOUT) -> str:
-    """``CHANGES.md``: the headline, then (when cells differ) a summary per submission and source
-    and every changed, added or removed cell; ``against`` names the older table (Markdown)."""
+    """``CHANGES.md``: the headline, then (when cells differ) a summary per submission and source,
+    the machine class of each such submission's published and rebuilt rows, and every changed, added
+    or removed cell; ``against`` names the older table (Markdown)."""
     out = [title, "", about, "", headline(changes, against), ""]
     if changes.cells.height:
         out += ["## Per submission and source", "", *_summary(changes.cells), "",
+                "## Machine class per submission", "", *_machines(changes), "",
                 "## Cells", "", *_cells(changes.cells), ""]
     return "\n".join(out)
 
@@ -141,9 +166,11 @@ def _log(changes: Changes, where: Path) -> None:
     if changes.not_comparable is not None:
         log.warning("not compared with the leaderboard it replaces: %s (%s)", changes.not_comparable, where)
     elif changes.changed:
+        other = changes.other_machines
         log.warning("%d of %d leaderboard cells changed against the leaderboard it replaces, %d outside their "
-                    "old 95%% interval (%d added, %d removed): see %s", changes.changed, changes.compared,
-                    changes.outside, changes.added, changes.removed, where)
+                    "old 95%% interval (%d added, %d removed)%s: see %s", changes.changed, changes.compared,
+                    changes.outside, changes.added, changes.removed,
+                    f"; {len(other)} submission(s) rebuilt on another machine class" if other else "", where)
     else:
         log.info("leaderboard cells: %d compared, none changed (%d added, %d removed): %s", changes.compared,
                  changes.added, changes.removed, where)

@@ -17,8 +17,11 @@ from __future__ import annotations
 import html
 import re
 
+import polars as pl
+
 from aegisbench.leaderboard.aggregate import Board
 from aegisbench.leaderboard.findings import section_findings
+from aegisbench.leaderboard.machine import MACHINE_DEPENDENT, MEANING, PORTABLE, by_submission, verdict
 from aegisbench.leaderboard.sensor import not_built_text
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
@@ -93,6 +96,12 @@ def _cell_text(section: Section, sub: str, config: str, metric: str) -> str:
     return text
 
 
+def _machine(kernels: str | None) -> str:
+    """The machine class of a submission's rows and what it promises (escaped)."""
+    return (md_escape(verdict(None)) if kernels is None
+            else f"{md_code(kernels)}: {md_escape(verdict(kernels))}")
+
+
 def _section(board: Board, section: Section) -> list[str]:
     out = [f"## {md_escape(section.track)} · {md_escape(section.source)}", ""]
     if section.not_built:  # one note, never a row per condition (nor an n/a column)
@@ -104,7 +113,7 @@ def _section(board: Board, section: Section) -> list[str]:
                 *(f"- {line}" for line in found), ""]
     main = primary_metric(section)
     floors = floor_rows(board, section, main) if main else {}
-    rows = []
+    rows, machines = [], by_submission(board.long.filter(pl.col("track") == section.track))
     for m in section.models:
         fl = floors.get(m.submission)
         clean = _cell_text(section, m.submission, CLEAN, main) if main else "—"
@@ -114,12 +123,12 @@ def _section(board: Board, section: Section) -> list[str]:
         status = m.status + ("; matches the published test labels" if m.copies_labels else "")
         rows.append([_name(m), md_escape(m.team), md_code(m.submission), status,
                      f"{md_code(prov['dataset_digest'][:12])} · {md_escape(prov['evaluator_version'])}",
-                     _thr(m.threshold), clean, floor])
+                     _thr(m.threshold), _machine(machines.get(m.submission)), clean, floor])
     order = (f"reference {REFERENCE_MARK} first, then alphabetical" if any(m.reference for m in section.models)
              else "alphabetical")
     out += [f"Models ({order}; there is no overall rank). Clean and floor are {_label(main, section.track)}.", ""]
     out += _table(["model", "team", "submission", "status", "scored with (dataset, evaluator)", "frozen threshold",
-                   f"clean {_label(main, section.track)}",
+                   "computed on (machine class)", f"clean {_label(main, section.track)}",
                    f"floor: worst {_label(main, section.track)} (where)"], rows)
     out.append("")
     heads = ["condition", "family", "sev."] + [
@@ -250,7 +259,12 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
            "at most half of clean, survivors on target, false positives per image not above clean's). "
            "n/a (reason): no value, never 0 — `0/0` an undefined ratio (e.g. precision without a single "
            "kept detection). Conditions not built for a source's sensor (a thermal camera has no sun glint) "
-           "have no row: one note under the source's heading lists them.", ""]
+           "have no row: one note under the source's heading lists them.", "",
+           "*Computed on* is the machine class a submission's rows were computed with, as its run recorded it "
+           f"(the Parquet's `kernels` column): {PORTABLE} (x86-64-v3, oneDNN off, MKL COMPATIBLE, a fixed "
+           f"thread count): {MEANING[PORTABLE]}; {MACHINE_DEPENDENT} (oneDNN on, or a GPU): "
+           f"{MEANING[MACHINE_DEPENDENT]}; not recorded: predictions handed in without one, or numbers from a paper.",
+           ""]
     if smoke_test(board):
         out[2:2] = [f"> **Smoke test.** {md_escape(smoke_test(board))}", ""]
     if board.references:

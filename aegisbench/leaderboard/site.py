@@ -24,6 +24,7 @@ from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 from aegisbench.leaderboard.aggregate import Board, direction, is_headline
 from aegisbench.leaderboard.findings import findings_html
 from aegisbench.leaderboard.gallery import gallery_view
+from aegisbench.leaderboard.machine import by_submission, machine_view
 from aegisbench.leaderboard.plots import series_key, write_curves
 from aegisbench.leaderboard.sensor import not_built_view
 from aegisbench.leaderboard.strata import strata_tables
@@ -201,7 +202,8 @@ META_COLUMNS = [(k, k.replace("_", " ")) for k in METADATA_FIELDS]  # (field, co
 
 
 def model_info(board: Board, sub: str) -> dict:
-    """Status (verified / self-reported) and the model metadata of one submission, checked
+    """Status (verified / self-reported), the machine class of its rows (``machine``:
+    :func:`~aegisbench.leaderboard.machine.machine_view`) and the model metadata of one submission, checked
     again here (provenance.json is an input like any other: a bad field is shown as absent)."""
     prov = board.provenance[sub]
     meta = prov.get("metadata")
@@ -215,7 +217,9 @@ def model_info(board: Board, sub: str) -> dict:
         weights = None
     status, reason = board.statuses.get(sub, ("self-reported", None))
     params = clean.get("parameters")
+    kernels = by_submission(board.long.filter(pl.col("submission") == sub)).get(sub)
     return {"verified": status == "verified", "status": status, "status_reason": reason or "",
+            "machine": machine_view(kernels),
             "weights": weights or "", **{k: clean.get(k, "") for k in METADATA_FIELDS},
             "parameters_text": "" if params is None else f"{params / 1e6:.2f} M" if params >= 10**5 else f"{params:,}",
             "parameters_v": "" if params is None else str(params)}

@@ -1,5 +1,5 @@
 """Markdown injection through submitter text: folder ids with double backticks and newlines,
-model and team names, families and metric names carrying ``<img onerror>``; the rendered
+model and team names, families, metric names and machine classes carrying ``<img onerror>``; the rendered
 README (CommonMark + GFM tables, raw HTML allowed) and the site hold no live tag."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def _evil_results(root):
                      "family": IMG.format(10 + i)})
         rows.append(row(sub, "clean", IMG.format(20 + i), 0.5))  # an unregistered metric
         write_result(root, sub, rows, model=f"M``{IMG.format(30 + i)}\n# heading | x", team=f"t\n{IMG.format(40 + i)}",
-                     threshold=0.4)
+                     threshold=0.4, kernels=f"x86-64-v3``{IMG.format(50 + i)}|`")  # a machine class (one line)
     return root
 
 
@@ -35,6 +35,7 @@ def test_readme_and_site_hold_no_live_tag(tmp_path):
     html = md_it.MarkdownIt("commonmark", {"html": True}).enable("table").render(readme)
     assert "<img" not in html.lower(), re.findall(r".{60}<img.{30}", html)
     assert "&lt;img src=x onerror=alert(1)&gt;" in html  # shown as text, not dropped
+    assert "&lt;img src=x onerror=alert(50)&gt;" in html  # the machine class too
     assert html.count("<h1>") == 1  # a newline in a name starts no heading
     for table in re.findall(r"<table>.*?</table>", html, flags=re.S):  # no row broken by a pipe or newline
         head = len(re.findall(r"<th[ >]", table.split("</thead>")[0]))
@@ -44,3 +45,6 @@ def test_readme_and_site_hold_no_live_tag(tmp_path):
         assert not line.startswith("|") or line.rstrip().endswith("|"), line
     page = (tmp_path / "lb" / "site" / "index.html").read_text()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(30)&gt;" in page
+    for model in (tmp_path / "lb" / "site" / "models").glob("*.html"):
+        text = model.read_text()
+        assert "<img src=x" not in text and "onerror=alert(5" in text, model.name  # the class, escaped
