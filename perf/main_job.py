@@ -68,9 +68,12 @@ def run_clone(clone: Path, log: Path) -> dict:
 def timeline(log: Path) -> dict:
     """Stage start and end (minutes from the first line) parsed from a stamped log."""
     stages: dict[str, dict] = {}
-    t0 = last = None
+    t0 = last = rc = None
     for raw in log.read_text(errors="replace").splitlines():
         stamp, _, text = raw.partition(" ")
+        if stamp.startswith("rc=") and stamp[3:].isdigit():  # the exit status a stamping shell appended
+            rc = int(stamp[3:])
+            continue
         try:
             t = float(stamp)
         except ValueError:
@@ -84,16 +87,17 @@ def timeline(log: Path) -> dict:
             stages[m[1]]["end"] = round((t - t0) / 60, 2)
     if t0 is None:
         raise SystemExit(f"perf/main_job.py: {log}: no stamped line")
-    return {"total_min": round((last - t0) / 60, 2), "stages": stages}
+    out = {"total_min": round((last - t0) / 60, 2), "stages": stages}
+    return out if rc is None else {**out, "rc": rc}
 
 
 def markdown(result: dict) -> str:
     """The timeline as a Markdown table, with the machine and the total."""
     m = result["machine"]
+    load = (f"load average {result['load_before']:.2f} before, at most {result['load_peak']:.2f} during"
+            if "load_peak" in result else "load not recorded (read from a log)")
     lines = [f"`aegisbench run` on a clean clone at {result['commit'][:7]}: **{result['total_min']:.1f} min** "
-             f"(exit {result.get('rc', 'n/a')}), {m['cores']} cores of {m['cpu']}; load average "
-             f"{result.get('load_before', float('nan')):.2f} before, at most {result.get('load_peak', float('nan')):.2f} "
-             "during (perf/main_job.py).", "",
+             f"(exit {result.get('rc', 'n/a')}), {m['cores']} cores of {m['cpu']}; {load} (perf/main_job.py).", "",
              "| stage | start (min) | end (min) | minutes | nice |", "| --- | ---: | ---: | ---: | ---: |"]
     for name, s in sorted(result["stages"].items(), key=lambda kv: (kv[1]["start"], kv[0])):
         end = s.get("end")
@@ -130,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         clone = args.clone or Path(tempfile.mkdtemp(prefix="aegis-main-job-")) / "clone"
         log = clone.parent / "main_job.log"
         extra = run_clone(clone, log)
-    result = {"commit": commit, "machine": machine(), **extra, **timeline(log)}
+    result = {"commit": commit, "machine": machine(), **timeline(log), **extra}
     out = ROOT / "runs" / "main_job.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

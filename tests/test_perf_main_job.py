@@ -24,7 +24,7 @@ def test_timeline_from_a_stamped_log(tmp_path):
     log = tmp_path / "main_job.log"
     log.write_text("".join(f"{t0 + s:.3f} {text}\n" for s, text in lines) + "rc=0\n")
     got = main_job.timeline(log)
-    assert got["total_min"] == 15.0
+    assert got["total_min"] == 15.0 and got["rc"] == 0
     assert got["stages"]["sources"] == {"start": round(1 / 60, 2), "end": round(43 / 60, 2), "beside": 0, "nice": 0}
     assert got["stages"]["build"] == {"start": round(44 / 60, 2), "end": round(650 / 60, 2), "beside": 1, "nice": 10}
     assert "end" not in got["stages"]["train_reference@smoke"]  # never finished: said so in the table
