@@ -174,8 +174,10 @@ def test_view_selections_and_the_committed_leaderboard_name_registered_metrics()
     # every committed name now has a declared direction, and the unordered ones are the
     # reference values and spreads, not scores left out of a hand-written list
     unordered = {m for m in committed if M.REGISTRY[m].sign is None}
+    # (label_match: the share of kept boxes that copy a test label, a trust signal, not a score)
     assert unordered == {"frozen_threshold", "ece_floor", "oracle_brier", "brier_uncertainty", "brier_residual",
-                         "time_to_detect_min_sd", "time_to_detect_frames_sd", *M.SD_MAPS.names.values()}
+                         "time_to_detect_min_sd", "time_to_detect_frames_sd", "label_match",
+                         *M.SD_MAPS.names.values()}
 
 
 def test_a_registered_toy_metric_reaches_results_and_leaderboard(tmp_path, repo, index):
