@@ -31,28 +31,28 @@ from pathlib import Path
 import polars as pl
 
 from aegisbench.errors import BadInput
-from aegisbench.leaderboard.aggregate import PUBLISHED
+from aegisbench.leaderboard.aggregate import LONG_COLUMNS, PUBLISHED
+from aegisbench.leaderboard.export_table import read_leaderboard_file
 from aegisbench.leaderboard.machine import KERNELS, by_submission
-from aegisbench.leaderboard.result_files import _read_metrics
-from aegisbench.readers import MAX_TEXT_BYTES, read_regular_bytes
 from aegisbench.vocab import CLEAN
 
-LEADERBOARD_FILE = "leaderboard.parquet"
 #: what names one cell of the long table
 KEYS = ("submission", "track", "source", "config", "metric", "stratum", "t")
 #: what a cell holds: compared exactly, null equal to null
 CELL = ("value", "lo", "hi", "note")
 #: in :attr:`Changes.machines`: the table holds no row of the submission (a class is never empty)
 NO_ROWS = ""
-_STRING, _INT, _FLOAT = "string", "integer", "number"
-REQUIRED = {"submission": _STRING, "track": _STRING, "source": _STRING, "config": _STRING, "metric": _STRING,
-            "value": _FLOAT, "lo": _FLOAT, "hi": _FLOAT, "dataset_version": _STRING, "dataset_digest": _STRING}
-OPTIONAL = {"stratum": _STRING, "t": _INT, "note": _STRING, "status": _STRING, KERNELS: _STRING}
-_DTYPE = {_STRING: pl.String, _INT: pl.Int64, _FLOAT: pl.Float64}
+#: the columns compared, each of the type the long table declares (:data:`LONG_COLUMNS`); the
+#: optional ones are absent from older tables and read as nulls
+REQUIRED = ("submission", "track", "source", "config", "metric", "value", "lo", "hi", "dataset_version",
+            "dataset_digest")
+OPTIONAL = ("stratum", "t", "note", "status", KERNELS)
+#: the word a type error uses for each declared type
+_KIND = {pl.String: "string", pl.Int64: "integer", pl.Float64: "number"}
 #: the columns of :attr:`Changes.cells`; ``change``: changed, added or removed
-CHANGE_COLUMNS = {**{k: _DTYPE[REQUIRED.get(k) or OPTIONAL[k]] for k in KEYS}, "change": pl.String,
-                  **{f"old_{c}": _DTYPE[REQUIRED.get(c) or OPTIONAL[c]] for c in CELL},
-                  **{f"new_{c}": _DTYPE[REQUIRED.get(c) or OPTIONAL[c]] for c in CELL},
+CHANGE_COLUMNS = {**{k: LONG_COLUMNS[k] for k in KEYS}, "change": pl.String,
+                  **{f"old_{c}": LONG_COLUMNS[c] for c in CELL},
+                  **{f"new_{c}": LONG_COLUMNS[c] for c in CELL},
                   "difference": pl.Float64, "outside_old_interval": pl.Boolean}
 
 
@@ -102,12 +102,12 @@ class Changes:
         return self.not_comparable is None and self.cells.height == 0
 
 
-def _kind_ok(dtype: pl.DataType, kind: str) -> bool:
+def _kind_ok(dtype: pl.DataType, want: pl.DataType) -> bool:
     if dtype == pl.Null:
         return True
-    if kind == _STRING:
+    if want == pl.String:
         return dtype in (pl.String, pl.Categorical) or isinstance(dtype, pl.Enum)
-    return dtype.is_integer() if kind == _INT else dtype.is_numeric()
+    return dtype.is_integer() if want == pl.Int64 else dtype.is_numeric()
 
 
 def check_table(df: pl.DataFrame, where: str) -> pl.DataFrame:
@@ -119,12 +119,12 @@ def check_table(df: pl.DataFrame, where: str) -> pl.DataFrame:
     missing = [c for c in REQUIRED if c not in df.columns]
     if missing:
         raise BadInput(f"missing column(s) {missing}: not a leaderboard table", where=where)
-    columns = {**REQUIRED, **OPTIONAL}
-    for col, kind in columns.items():
-        if col in df.columns and not _kind_ok(df.schema[col], kind):
-            raise BadInput(f"column {col!r} has type {df.schema[col]}, expected a {kind}", where=where)
-    df = df.with_columns([pl.lit(None, dtype=_DTYPE[k]).alias(c) for c, k in OPTIONAL.items() if c not in df.columns])
-    df = df.select([pl.col(c).cast(_DTYPE[k]) for c, k in columns.items()])
+    columns = {c: LONG_COLUMNS[c] for c in REQUIRED + OPTIONAL}
+    for col, want in columns.items():
+        if col in df.columns and not _kind_ok(df.schema[col], want):
+            raise BadInput(f"column {col!r} has type {df.schema[col]}, expected a {_KIND[want]}", where=where)
+    df = df.with_columns([pl.lit(None, dtype=columns[c]).alias(c) for c in OPTIONAL if c not in df.columns])
+    df = df.select([pl.col(c).cast(want) for c, want in columns.items()])
     df = df.with_columns([pl.col(c).fill_nan(None) for c in ("value", "lo", "hi")])
     dup = df.group_by(KEYS).len().filter(pl.col("len") > 1)
     if dup.height:
@@ -197,10 +197,5 @@ def changed_cells(published: pl.DataFrame, rebuilt: pl.DataFrame) -> Changes:
 def read_table(path: str | Path, where: str | None = None) -> pl.DataFrame:
     """The checked long table of a leaderboard folder or of its ``leaderboard.parquet``; BadInput
     naming ``where`` (default: the path) when it is absent, not Parquet or not a leaderboard table."""
-    path = Path(path)
-    file = path / LEADERBOARD_FILE if path.is_dir() else path
     where = where or str(path)
-    if not file.exists():
-        what = f"no {LEADERBOARD_FILE} in it" if path.is_dir() else "does not exist"
-        raise BadInput(f"{what} (a leaderboard folder or its {LEADERBOARD_FILE})", where=where)
-    return check_table(_read_metrics(read_regular_bytes(file, "leaderboard Parquet", MAX_TEXT_BYTES), where), where)
+    return check_table(read_leaderboard_file(path, where), where)

@@ -25,7 +25,8 @@ import polars as pl
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.leaderboard.changes import LEADERBOARD_FILE, NO_ROWS, Changes, changed_cells, read_table
+from aegisbench.leaderboard.changes import NO_ROWS, Changes, changed_cells, read_table
+from aegisbench.leaderboard.export_table import LEADERBOARD_FILE
 from aegisbench.leaderboard.machine import verdict
 from aegisbench.leaderboard.markdown import md_code, md_escape
 

@@ -49,17 +49,22 @@ OPTIONAL = {"status": pl.String, "corruption": pl.String, "family": pl.String, "
 LEADERBOARD_FILE = "leaderboard.parquet"
 
 
-def read_leaderboard(path: str | Path) -> pl.DataFrame:
-    """The long table of a built leaderboard: ``path`` is its folder or its ``leaderboard.parquet``."""
+def read_leaderboard_file(path: str | Path, where: str, hint: str = "") -> pl.DataFrame:
+    """The long table, unchecked, of a leaderboard folder or of its ``leaderboard.parquet`` (a
+    bounded read of a regular file); BadInput naming ``where`` when it is absent (``hint`` ends
+    that line) or not Parquet."""
     path = Path(path)
     file = path / LEADERBOARD_FILE if path.is_dir() else path
-    where = f"--leaderboard {path}"
     if not file.exists():
         what = f"no {LEADERBOARD_FILE} in it" if path.is_dir() else "does not exist"
-        raise BadInput(f"{what} (a leaderboard folder or its {LEADERBOARD_FILE}: build one with aegisbench "
-                       "leaderboard)", where=where)
-    df = _read_metrics(read_regular_bytes(file, "leaderboard Parquet", MAX_TEXT_BYTES), where)
-    return _checked(df, where)
+        raise BadInput(f"{what} (a leaderboard folder or its {LEADERBOARD_FILE}{hint})", where=where)
+    return _read_metrics(read_regular_bytes(file, "leaderboard Parquet", MAX_TEXT_BYTES), where)
+
+
+def read_leaderboard(path: str | Path) -> pl.DataFrame:
+    """The long table of a built leaderboard: ``path`` is its folder or its ``leaderboard.parquet``."""
+    where = f"--leaderboard {path}"
+    return _checked(read_leaderboard_file(path, where, ": build one with aegisbench leaderboard"), where)
 
 
 def read_results(path: str | Path, private: str | Path | None = None) -> pl.DataFrame:
