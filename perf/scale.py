@@ -4,7 +4,7 @@ Same inputs for every engine (:func:`_bench.bench_params`): the embedded synthet
 at ``--images`` SAR images (val + test, every 5th frame 2000x1500) plus a small smoke
 source, the configs ``clean``, ``low_light_s3``, ``motion_blur_s2``, one WARP level and a
 small fire-spread section (its ensemble blocks are build shards too); detection runs the
-tiny YOLO of ``aegisbench/detectors/aegis_yolo_tiny.yaml`` (built from its YAML and
+tiny YOLO of ``src/aegisbench/detectors/aegis_yolo_tiny.yaml`` (built from its YAML and
 trained one epoch on generated frames, :func:`_bench.trained_weights`: detect refuses
 untrained checkpoints) over every sar split of the built repo.
 
@@ -153,7 +153,7 @@ def main(argv=None) -> int:
         materialize(params)
         weights = None
         if not a.skip_detect:
-            weights = trained_weights(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", tmp / "tiny.pt")
+            weights = trained_weights(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", tmp / "tiny.pt")
         for i, (name, ex) in enumerate(engines):
             r: dict = {"engine": name}
             if ex.kind == "ray":

@@ -49,7 +49,7 @@ def default_project() -> Path:
 def scratch(project: Path, top: Path, name: str) -> Path:
     """A project at ``top/name`` over ``project``'s dataset repo, with a copy of its results."""
     raw = yaml.safe_load((project / "params.yaml").read_text())
-    dataset = (project / (raw.get("paths") or {}).get("dataset", "data/aegisbench")).resolve()
+    dataset = (project / (raw.get("paths") or {}).get("dataset", "aegisbench")).resolve()
     root = top / name
     root.mkdir(parents=True)
     if (project / "results").is_dir():

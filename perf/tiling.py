@@ -38,7 +38,7 @@ from detect import ultralytics_ready  # noqa: E402
 import numpy as np  # noqa: E402
 
 MIN_RATIO = 0.9
-TINY = ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml"
+TINY = ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml"
 
 
 def make_frames(n: int, width: int, height: int) -> list[np.ndarray]:
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     ap.add_argument("--height", type=int, default=3000)
     ap.add_argument("--tile", type=int, default=1024)
     ap.add_argument("--model", default="tiny", help="model YAML trained one epoch (default: the repo's tiny YOLO, "
-                    "aegisbench/detectors/aegis_yolo_tiny.yaml; e.g. yolov8n.yaml)")
+                    "src/aegisbench/detectors/aegis_yolo_tiny.yaml; e.g. yolov8n.yaml)")
     ap.add_argument("--weights", help="a trained Ultralytics .pt instead")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--conf", type=float, default=0.001)

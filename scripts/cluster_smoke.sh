@@ -8,7 +8,7 @@
 #   scripts/cluster_smoke.sh DATA WEIGHTS
 #
 # DATA: the "shared storage" checkout folder: DATA/params.yaml with the README's relative
-# paths (data/sources, data/aegisbench).
+# paths (data/sources, aegisbench).
 # WEIGHTS: a detector checkpoint (yolo). PYTHON: the interpreter with aegisbench and Ray
 # (default python3). Every node gets one CPU and a 100 MB object store. Differences from
 # the README, because this machine is shared: HOME points at a scratch folder (so the
@@ -50,7 +50,7 @@ export RAY_ADDRESS=$HEAD_IP:$PORT
 cd "$DATA"
 aegisbench sources
 aegisbench build --executor ray --ray-address auto
-aegisbench verify data/aegisbench
+aegisbench verify aegisbench
 aegisbench detect --detector yolo --weights "$WEIGHTS" --track sar \
     --team "My lab" --out submissions/my_yolo --device auto --executor ray --ray-address auto --no-progress
 aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto --n-resamples 20

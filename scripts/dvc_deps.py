@@ -15,7 +15,7 @@ default that decides an output is a ``params.yaml`` key or an explicit option in
 stage's ``cmd:``, which DVC tracks itself.)
 
 Only the ``deps:`` lists are rewritten, in place, as text: every entry under
-``aegisbench/`` (and every comment line inside the list) is replaced by the generated
+``src/aegisbench/`` (and every comment line inside the list) is replaced by the generated
 block; data deps (``data/sources``, ``submissions/${item}``, ...), their inline comments
 and everything outside ``deps:`` (params, outs, comments, layout) are kept as written.
 Running it twice gives the same file.
@@ -39,7 +39,9 @@ from aegisbench.importgraph import ImportGraph, import_graph
 
 ROOT = Path(__file__).resolve().parents[1]
 DVC_YAML = ROOT / "dvc.yaml"
-CODE_PREFIX = "aegisbench/"
+#: The package lives under src/ (the src layout); a code dep is a path under it.
+SRC = "src/"
+CODE_PREFIX = SRC + "aegisbench/"
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ STAGES = {
                       "aegisbench.params:Params")),
     "train_reference": Stage(("aegisbench.detectors.train_jobs:run_jobs", "aegisbench.detectors.train_jobs:train_one",
                               "aegisbench.detectors.reference:train_reference", "aegisbench.params:Params"),
-                             data=("aegisbench/detectors/aegis_yolo_tiny.yaml",)),
+                             data=("src/aegisbench/detectors/aegis_yolo_tiny.yaml",)),
     "detect_reference_sar": Stage(_DETECT),
     "detect_reference_smoke": Stage(_DETECT + ("aegisbench.detectors.warp_runner:run_warp",
                                                "aegisbench.detectors.noise_sweep:run_noise_sweep",
@@ -89,13 +91,13 @@ STAGES = {
                                    "aegisbench.firespread.forecasters:BASELINES",
                                    "aegisbench.firespread.convlstm:ConvLSTMConfig")),
     "evaluate": Stage(("aegisbench.evaluation.evaluator:evaluate_submission",)),
-    "leaderboard": Stage(("aegisbench.leaderboard.build:build_leaderboard",), data=("aegisbench/templates",)),
+    "leaderboard": Stage(("aegisbench.leaderboard.build:build_leaderboard",), data=("src/aegisbench/templates",)),
 }
 
 
 def defined_names(graph: ImportGraph, module: str) -> set[str]:
     """Top-level names a module defines (functions, classes, assignments, imports)."""
-    tree = ast.parse((ROOT / graph.modules[module]).read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / SRC / graph.modules[module]).read_text(encoding="utf-8"))
     names: set[str] = set()
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -126,7 +128,7 @@ def stage_code_deps(stage: str, graph: ImportGraph | None = None) -> list[str]:
     """The sorted code deps of ``stage``: its entries' import closure plus its data files."""
     graph = graph or import_graph()
     spec = STAGES[stage]
-    return sorted(set(graph.closure_files(*spec.modules)) | set(spec.data))
+    return sorted({SRC + f for f in graph.closure_files(*spec.modules)} | set(spec.data))
 
 
 def is_code_dep(dep: str) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY_YOLO = ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml"
+TINY_YOLO = ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml"
 
 
 def _tiny_folder(root: Path, names: tuple[str, ...], size: int) -> Path:

@@ -76,7 +76,7 @@ def test_every_default_is_shown_in_the_help():
         for a in _options(p):
             if a.option_strings and a.default not in NO_DEFAULT and not isinstance(a, DeprecatedAlias):
                 assert f"default: {a.default}" in shown, (name, a.option_strings, a.default)
-    assert "(default: data/aegisbench)" in " ".join(_commands()["evaluate"].format_help().split())
+    assert "(default: aegisbench)" in " ".join(_commands()["evaluate"].format_help().split())
 
 
 def test_help_of_a_command_runs_and_shows_examples(capsys):

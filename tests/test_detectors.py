@@ -42,7 +42,7 @@ def env(tmp_path_factory):
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
     import_ultralytics()
     from ultralytics import YOLO
-    trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
+    trained_checkpoint(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
     YOLO("yolov8n-cls.yaml").save(root / "cls.pt")
     (root / "rtdetr_tiny.yaml").write_text(RTDETR_TINY)
     trained_checkpoint(root / "rtdetr_tiny.yaml", root / "rtdetr.pt", kind="rtdetr")

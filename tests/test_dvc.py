@@ -23,7 +23,7 @@ from aegisbench.errors import BadInput
 from aegisbench.pipeline import fast_params, prepare_project
 
 ROOT = Path(__file__).resolve().parents[1]
-EXP_SHOW_DROP = "^(aegisbench|data|submissions|results)(/|$)"  # the README's `dvc exp show --drop`
+EXP_SHOW_DROP = "^(src|aegisbench|data|submissions|results)(/|$)"  # the README's `dvc exp show --drop`
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -69,8 +69,8 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
                   "detect_reference_sar", "detect_reference_smoke", "firespread_baselines",
                   "evaluate@reference_sar", "evaluate@firespread_convlstm", "leaderboard"):
         assert f"Running stage '{stage}'" in out, stage
-    assert verify_repo(repo / "data/aegisbench").ok
-    manifest = load_manifest(repo / "data/aegisbench")
+    assert verify_repo(repo / "aegisbench").ok
+    manifest = load_manifest(repo / "aegisbench")
     assert set(manifest["configs"]["clean"]["splits"]) == {
         "synthetic_sar", "synthetic_sar_val", "synthetic_smoke", "synthetic_smoke_val"}
     assert sorted(manifest["configs"]) == ["clean", "firespread_s0", "firespread_s30", "firespread_statistic",
@@ -106,7 +106,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     digest = (repo / "data/aegisbench.digest.json").read_bytes()
     assert json.loads(digest) == {"benchmark_version": manifest["benchmark_version"],
                                   "dataset_digest": manifest["dataset_digest"]}
-    card = repo / "data/aegisbench/README.md"
+    card = repo / "aegisbench/README.md"
     original = card.read_bytes()
     card.write_bytes(original + b"\nA local note.\n")
     assert _ran(_run([*dvc, "repro", "-s", "digest"], repo, env)) == ["digest"]
@@ -123,8 +123,8 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     params["build"]["rows_per_shard"] = 1
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     assert _ran(_run([*dvc, "repro"], repo, env)) == ["build", "digest"]
-    resharded = load_manifest(repo / "data/aegisbench")
-    assert sorted(resharded["files"]) != sorted(manifest["files"]) and verify_repo(repo / "data/aegisbench").ok
+    resharded = load_manifest(repo / "aegisbench")
+    assert sorted(resharded["files"]) != sorted(manifest["files"]) and verify_repo(repo / "aegisbench").ok
     assert resharded["dataset_digest"] == manifest["dataset_digest"]
     assert (repo / "data/aegisbench.digest.json").read_bytes() == digest
 
@@ -155,13 +155,23 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     _run([*dvc, "push"], repo, env)
     clone = repo.parent / "clone"
     _run(["git", "clone", "-q", str(repo), str(clone)], repo.parent, env)
-    assert not (clone / "data/aegisbench").exists()
+    assert not (clone / "aegisbench").exists()
     pulled = _run([str(Path(sys.executable).parent / "aegisbench"), "pull"], clone, env)  # dvc pull + verify
-    built = load_manifest(repo / "data/aegisbench")
-    assert f"data/aegisbench: OK ({len(built['files'])} files, digest {built['dataset_digest']}: " in pulled
-    assert load_manifest(clone / "data/aegisbench") == load_manifest(repo / "data/aegisbench")
+    built = load_manifest(repo / "aegisbench")
+    assert f"aegisbench: OK ({len(built['files'])} files, digest {built['dataset_digest']}: " in pulled
+    assert load_manifest(clone / "aegisbench") == load_manifest(repo / "aegisbench")
     status = _run([*dvc, "status"], clone, env)
     assert "up to date" in status.lower(), status
+    # the design card's call, literally, from the fresh clone's root (./aegisbench is the dataset repo;
+    # `import aegisbench` is still the package, from src/); aegisbench.load from a folder deeper inside
+    call = ("import datasets, aegisbench, pathlib; ds = datasets.load_dataset('aegisbench', 'low_light_s3'); "
+            "print(sorted(ds), len(ds['synthetic_sar']), pathlib.Path(aegisbench.__file__).resolve())")
+    out = _run([sys.executable, "-c", call], clone, env).strip().splitlines()[-1]
+    rows = built["configs"]["low_light_s3"]["splits"]["synthetic_sar"]["rows"]
+    assert out.startswith("['synthetic_sar', 'synthetic_smoke'] " + str(rows) + " "), out
+    assert out.endswith("src/aegisbench/__init__.py") and str(clone) not in out, out
+    deeper = "import aegisbench; print(len(aegisbench.load('low_light_s3')['synthetic_sar']))"
+    assert _run([sys.executable, "-c", deeper], clone / "submissions", env).strip().splitlines()[-1] == str(rows)
 
     # an experiment from the committed project; `dvc exp show` narrowed as the README says (what
     # changed, no file-hash columns) fits 100 columns, where the whole table collapses to "…"

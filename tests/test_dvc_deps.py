@@ -64,9 +64,9 @@ def test_dvc_yaml_is_what_the_script_writes_and_only_deps_change(graph):
     text = (ROOT / "dvc.yaml").read_text()
     assert dvc_deps.rewrite(text, graph) == text, FIX
     # a damaged copy: a code dep dropped, a stray one and a stale comment added
-    damaged = text.replace("      - aegisbench/builders/hfrepo.py\n", "", 1)
+    damaged = text.replace("      - src/aegisbench/builders/hfrepo.py\n", "", 1)
     damaged = damaged.replace("    deps:\n      - data/sources\n", "    deps:\n      - data/sources\n"
-                              "      # stale note\n      - aegisbench/evaluation/coco.py\n", 1)
+                              "      # stale note\n      - src/aegisbench/evaluation/coco.py\n", 1)
     assert damaged != text
     assert dvc_deps.rewrite(damaged, graph) == text
     before, after = yaml.safe_load(damaged), yaml.safe_load(dvc_deps.rewrite(damaged, graph))
@@ -82,7 +82,7 @@ def test_the_build_closure_is_narrow():
     """Only the code that decides built bytes: no generators or adapters (the sources stage),
     no detectors, evaluation, scoring, leaderboard or CLI."""
     code = build_code()
-    assert code == tuple(dvc_deps.stage_code_deps("build")) and BUILD_ENTRY == "aegisbench.builders.build"
+    assert tuple(dvc_deps.SRC + rel for rel in code) == tuple(dvc_deps.stage_code_deps("build")) and BUILD_ENTRY == "aegisbench.builders.build"
     for rel in ("aegisbench/corruptions/storm.py", "aegisbench/firespread/model.py", "aegisbench/builders/hfrepo.py",
                 "aegisbench/builders/manifest.py", "aegisbench/builders/card.py"):
         assert rel in code
@@ -96,7 +96,7 @@ def test_the_build_closure_is_narrow():
 
 
 def _package_copy(tmp_path: Path) -> Path:
-    shutil.copytree(ROOT / "aegisbench", tmp_path / "aegisbench", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "src" / "aegisbench", tmp_path / "aegisbench", ignore=shutil.ignore_patterns("__pycache__"))
     return tmp_path / "aegisbench"
 
 
@@ -127,7 +127,7 @@ def test_dvc_status_after_editing_evaluation_code(tmp_path):
     dvc.yaml to; commands replaced by a touch): an edit to the evaluator leaves `build` up
     to date and reruns `evaluate`; an edit to hashing.py (bootstrap seeding) reruns both."""
     project = tmp_path / "p"
-    _package_copy(project)
+    _package_copy(project / "src")
     touch = f"{sys.executable} -c \"open('{{}}', 'w').write('x')\""
     doc = {"stages": {name: {"cmd": touch.format(f"out_{name}"), "deps": dvc_deps.stage_code_deps(name),
                              "outs": [{f"out_{name}": {"cache": False}}]} for name in ("build", "evaluate")}}
@@ -145,7 +145,7 @@ def test_dvc_status_after_editing_evaluation_code(tmp_path):
         return set(yaml.safe_load(out[out.index("{"):]) or {})
 
     assert changed() == set()
-    _append(project / "aegisbench/evaluation/evaluator.py")
+    _append(project / "src/aegisbench/evaluation/evaluator.py")
     assert changed() == {"evaluate"}
-    _append(project / "aegisbench/hashing.py")
+    _append(project / "src/aegisbench/hashing.py")
     assert changed() == {"build", "evaluate"}

@@ -123,7 +123,7 @@ def test_publish_uploads_the_plan_in_one_commit_and_tags_the_release(repo, tmp_p
     hub = _materialize(ops, tmp_path / "hub")
     card = (hub / "README.md").read_text()
     assert 'datasets.load_dataset("aegis-org/aegisbench", "clean", revision="v0.1.0")' in card
-    assert 'load_dataset("data/aegisbench"' not in card
+    assert 'load_dataset("aegisbench"' not in card
     assert verify_repo(hub).ok
     hub_manifest = json.loads((hub / "manifest.json").read_text())
     assert hub_manifest["dataset_digest"] == json.loads(local_manifest)["dataset_digest"]

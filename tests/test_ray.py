@@ -130,7 +130,7 @@ def test_cli_build_on_ray_uses_the_running_ray(tiny, tmp_path, monkeypatch, caps
 def weights(tiny):
     root, _ = tiny
     from _detkit import trained_checkpoint  # detect refuses untrained checkpoints
-    return trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
+    return trained_checkpoint(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root / "tiny.pt")
 
 
 def test_jobs_are_the_loader_batches(tiny):

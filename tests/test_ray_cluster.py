@@ -43,7 +43,7 @@ def tiny(tmp_path_factory):
 @pytest.fixture(scope="module")
 def weights(tiny):
     from _detkit import trained_checkpoint  # detect refuses untrained checkpoints
-    return trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", tiny[0] / "tiny.pt")
+    return trained_checkpoint(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", tiny[0] / "tiny.pt")
 
 
 def _nodes_logged(caplog, what: str) -> set[str]:
@@ -86,7 +86,7 @@ def test_readme_cluster_recipe_script(tiny, weights, tmp_path):
     and a second node, then the refusals (wrong token, hidden data path, no aegisbench)."""
     root, params = tiny
     raw = dict(params.raw)
-    raw["paths"] = {"sources": "data/sources", "dataset": "data/aegisbench"}  # the README's layout
+    raw["paths"] = {"sources": "data/sources", "dataset": "aegisbench"}  # the README's layout
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = dict(os.environ, PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))

@@ -101,7 +101,7 @@ def test_an_unreachable_remote_transfers_nothing(project, tmp_path, monkeypatch,
     rc, _, err = _cli(monkeypatch, capsys, clone, "pull")
     assert rc == 2 and "unreachable: its folder does not exist" in _one_line(err)
     assert str(tmp_path / "unmounted/remote") in err
-    assert _untouched(clone) and not (clone / "data/aegisbench").exists()
+    assert _untouched(clone) and not (clone / "aegisbench").exists()
 
 
 def test_a_reachable_remote_without_the_data_gives_dvcs_error_in_one_line(project, tmp_path, monkeypatch, capsys):

@@ -52,7 +52,7 @@ def tree(folder: Path) -> dict[str, bytes]:
 def project(tmp_path_factory, repo, index):
     root = tmp_path_factory.mktemp("trust") / "proj"
     (root / "submissions").mkdir(parents=True)
-    weights = trained_checkpoint(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root.parent / "w.pt")
+    weights = trained_checkpoint(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml", root.parent / "w.pt")
     run("detect", "--detector", "yolo", "--weights", str(weights), "--dataset", str(repo), "--track", "sar",
         "--out", "submissions/reference_sar", "--reference", "--verified", "--architecture", "YOLO11-style tiny",
         "--paper", "https://example.org/paper", "--training-data", "synthetic frames", "--no-progress", cwd=root)

@@ -38,7 +38,7 @@ torch = pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
 A = 0.2
 WARP = "warp_noise_200"
-TINY_YOLO = str(ROOT / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")
+TINY_YOLO = str(ROOT / "src" / "aegisbench" / "detectors" / "aegis_yolo_tiny.yaml")
 
 
 @pytest.fixture(scope="module")

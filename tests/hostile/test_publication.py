@@ -179,7 +179,7 @@ def _project_stages() -> dict:
     for name in ("digest", "evaluate", "leaderboard"):
         spec = stages[name]
         body = spec.get("do", spec)
-        body["deps"] = [d for d in body["deps"] if not str(d).startswith("aegisbench/")
+        body["deps"] = [d for d in body["deps"] if not str(d).startswith("src/aegisbench/")
                         and d not in ("data/preview", "calibration/report.json")]
         body["cmd"] = re.sub(r"\s*--(reference|preview|calibration) \S+", "", body["cmd"])
         out[name] = spec

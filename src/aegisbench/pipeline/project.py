@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 PAGE = Path("leaderboard/site/index.html")
 PROJECT_FILES = ("dvc.yaml",)
-PROJECT_DIRS = ("aegisbench",)  # dvc.yaml's code deps (the package, templates included)
+PROJECT_DIRS = ("src/aegisbench",)  # dvc.yaml's code deps (the package, templates included)
 GITIGNORE = ("__pycache__/", "/private/", "/hosted/*", "!/hosted/store.dvc", "!/hosted/.gitignore")
 FAST_SOURCES = {
     "synthetic_sar": {"n_train": 2, "n_val": 2, "n_test": 3, "images_per_flight": 1,
@@ -91,6 +91,8 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     only recomputes what changed)."""
     checkout, dest = Path(checkout).resolve(), Path(dest).resolve()
     dest.mkdir(parents=True, exist_ok=True)
+    if (dest / "aegisbench" / "__init__.py").is_file():  # a package copy from before the src layout:
+        shutil.rmtree(dest / "aegisbench")  # that name is the dataset repo's now
     for name in PROJECT_DIRS:
         shutil.rmtree(dest / name, ignore_errors=True)
         shutil.copytree(checkout / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))

@@ -29,6 +29,7 @@ from aegisbench.executor import Executor
 from aegisbench.evaluation.threshold import check_grid, rule_grid
 from aegisbench.fields import Range, check_fields
 from aegisbench.hashing import json_sha256
+from aegisbench.paths import DATASET, RESULTS
 from aegisbench.metrics import SilentFailureParams
 from aegisbench.vocab import WARP_GRID
 
@@ -89,8 +90,8 @@ def evaluate(sub: ValidatedSubmission, index: DatasetIndex, params: EvaluationPa
     return track.score(sub, index, params, executor, progress)
 
 
-def evaluate_submission(submission: str | Path, dataset: str | Path = "data/aegisbench",
-                        results: str | Path = "results", params: EvaluationParams = EvaluationParams(), *,
+def evaluate_submission(submission: str | Path, dataset: str | Path = DATASET,
+                        results: str | Path = RESULTS, params: EvaluationParams = EvaluationParams(), *,
                         verify: bool = True, progress: bool = False, executor: Executor | None = None,
                         labels: str | Path | None = None) -> Path:
     """Validate (raising :class:`~aegisbench.evaluation.submission.SubmissionInvalid` with

@@ -17,13 +17,27 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 __all__ = ["__version__", "load", "pin_isa"]
 
 
-def load(config: str = "clean", path: str = "data/aegisbench", **kwargs):
+def load(config: str = "clean", path: str | None = None, **kwargs):
     """Load one config of a built AegisBench dataset repo with ``datasets``.
 
-    ``aegisbench.load("low_light_s3")`` is ``datasets.load_dataset("data/aegisbench", "low_light_s3")``.
+    ``path`` defaults to the project's dataset repo, found from the working directory at any
+    depth inside the project: ``./aegisbench`` in the root (``paths.dataset`` of the root's
+    ``params.yaml`` when it names another). From the root, ``aegisbench.load("low_light_s3")``
+    is ``datasets.load_dataset("aegisbench", "low_light_s3")``.
     """
     import datasets
 
+    if path is None:
+        from aegisbench.paths import PARAMS, dataset_dir, project_root
+
+        root, path = project_root(), dataset_dir()
+        if root is not None and (root / PARAMS).is_file():
+            import yaml
+
+            raw = yaml.safe_load((root / PARAMS).read_text(encoding="utf-8")) or {}
+            named = (raw.get("paths") or {}).get("dataset") if isinstance(raw, dict) else None
+            if isinstance(named, str) and named:
+                path = root / named
     return datasets.load_dataset(str(path), config, **kwargs)
 
 

@@ -22,6 +22,7 @@ from aegisbench.errors import BadInput
 from aegisbench.params import Params
 from aegisbench.builders.source_flags import source_args, source_entry, tracks_of
 from aegisbench.vocab import FIRESPREAD
+from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = command(sub, "verify", "re-hash a dataset repo against its manifest",
                 "Re-hashes and re-decodes every file (shard contents, digest, card); exit 2 on any "
                 "difference, one line each.",
-                ["aegisbench verify", "aegisbench verify data/aegisbench"])
-    p.add_argument("path", nargs="?", default="data/aegisbench", help="dataset repo folder")
+                ["aegisbench verify", "aegisbench verify aegisbench"])
+    p.add_argument("path", nargs="?", default=DATASET, help="dataset repo folder")
     p.add_argument("--dataset", help="with a private label repo as PATH: the public repo it must belong to")
     p.add_argument("--expect", metavar="DIGEST", help="exit 2 unless the repo's dataset digest is DIGEST (64 hex; "
                    "e.g. the one released for its version, which verify names)")
@@ -80,7 +81,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench publish --repo-id ORG/aegisbench --dry-run",
                  "aegisbench publish --repo-id ORG/aegisbench"])
     p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo folder")
+    p.add_argument("--dataset", default=DATASET, help="dataset repo folder")
     p.add_argument("--dry-run", action="store_true", help="list exactly what would be uploaded, upload nothing")
     p.add_argument("--private", action="store_true", help="create the Hub repo as private")
     p.set_defaults(func=cmd_publish)

@@ -19,6 +19,7 @@ from aegisbench.attribution import check_citation, check_homepage, spdx_license
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice, check_int, is_finite_number
 from aegisbench.hashing import json_sha256
+from aegisbench import paths as paths_
 from aegisbench.readers import read_yaml
 from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS, WARP_GRID
 
@@ -183,8 +184,8 @@ class Params:
     benchmark_version: str
     sources: tuple[SourceParams, ...]
     build: BuildParams = BuildParams()
-    sources_dir: str = "data/sources"
-    dataset_dir: str = "data/aegisbench"
+    sources_dir: str = paths_.SOURCES
+    dataset_dir: str = paths_.DATASET
     private_labels_dir: str | None = None  # the private label repo of withheld splits (paths.private_labels)
     firespread: "FirespreadParams | None" = None  # the fire-spread track's ensembles (None: not built)
     warp: WarpTestParams = WarpTestParams()  # WARP on the smoke track (run at detection time, not built)
@@ -231,12 +232,12 @@ class Params:
             from aegisbench.firespread.params import FirespreadParams
             firespread = FirespreadParams.from_dict({k: v for k, v in fs.items() if k != "enabled"})
         return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
-                   build=build, sources_dir=paths.get("sources", "data/sources"),
-                   dataset_dir=paths.get("dataset", "data/aegisbench"), private_labels_dir=paths.get("private_labels"),
+                   build=build, sources_dir=paths.get("sources", paths_.SOURCES),
+                   dataset_dir=paths.get("dataset", paths_.DATASET), private_labels_dir=paths.get("private_labels"),
                    firespread=firespread, warp=WarpTestParams.from_dict(raw.get("warp")), raw=raw)
 
     @classmethod
-    def load(cls, path: str | Path = "params.yaml") -> "Params":
+    def load(cls, path: str | Path = paths_.PARAMS) -> "Params":
         return cls.from_dict(read_yaml(path, "params file"))
 
     def source(self, name: str) -> SourceParams:

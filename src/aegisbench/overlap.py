@@ -3,7 +3,7 @@
 An output that *is* an input, *holds* one (replacing it would replace the input too) or
 lies *inside* one (writing it would change the input) is refused before anything is
 written: ``evaluate submissions/x --out submissions`` or ``leaderboard --out
-data/aegisbench`` would otherwise be an operator's typo made total by the atomic
+aegisbench`` would otherwise be an operator's typo made total by the atomic
 replace. Paths are compared after resolving links, so ``./results`` and a link to it
 are one folder.
 

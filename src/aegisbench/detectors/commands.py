@@ -19,6 +19,7 @@ from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.fields import did_you_mean
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
+from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 REFERENCE_TEAM = "AegisBench reference"
@@ -151,7 +152,7 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("detector")
     g.add_argument("--detector", required=True, metavar="{yolo,rtdetr,fasterrcnn}", help="yolo, rtdetr or fasterrcnn")
     g.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+    p.add_argument("--dataset", default=DATASET, help="dataset repo")
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
     g.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
     g.add_argument("--half", action="store_true", help="FP16 inference on CUDA")

@@ -28,6 +28,7 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.submission import ValidationLimits
 from aegisbench.vocab import WARP_GRID
+from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def parse_grid(text: str | None) -> tuple[float, ...] | str | None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("submission", help="submission folder (submission.yaml + predictions)")
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+    p.add_argument("--dataset", default=DATASET, help="dataset repo")
     p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
     d = ValidationLimits()
     p.add_argument("--max-dets-per-image", type=int, default=d.max_dets_per_image,
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "Any track (read from submission.yaml). Every problem is one line `file:row N field F: "
                 "message` on stderr (at most 50, then a count), exit 2; nothing is written.",
                 ["aegisbench validate submissions/my_yolo",
-                 "aegisbench validate submissions/my_yolo --dataset runs/fast/data/aegisbench"])
+                 "aegisbench validate submissions/my_yolo --dataset runs/fast/aegisbench"])
     _common(p)
     p.set_defaults(func=cmd_validate)
 
@@ -114,8 +115,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "Integer image and category ids for COCO-format results submissions; the dataset is "
                 "re-hashed first unless --no-verify.",
                 ["aegisbench export-coco --out coco_gt",
-                 "aegisbench export-coco --dataset runs/fast/data/aegisbench --out /tmp/coco --no-verify"])
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+                 "aegisbench export-coco --dataset runs/fast/aegisbench --out /tmp/coco --no-verify"])
+    p.add_argument("--dataset", default=DATASET, help="dataset repo")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
     declare_io(p, reads={"dataset": "--dataset"}, writes={"out": "--out"}, into=["out"])  # <config>.json files

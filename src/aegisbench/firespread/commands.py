@@ -14,6 +14,7 @@ from aegisbench.cli import command
 from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
+from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "initial conditions, each as submissions/<name>/ for `validate` and `evaluate`.",
                 ["aegisbench firespread-baselines",
                  "aegisbench firespread-baselines --only persistence,convlstm --convlstm-steps 60 --dtype float16"])
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+    p.add_argument("--dataset", default=DATASET, help="dataset repo")
     p.add_argument("--submissions", default="submissions", metavar="DIR",
                    help="the folder of submission folders: writes <submissions>/<forecaster>/")
     deprecated_alias(p, "--out", "--submissions")
@@ -54,7 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "whole.",
                 ["aegisbench firespread-report",
                  "aegisbench firespread-report --results results --out reports/firespread"])
-    p.add_argument("--dataset", default="data/aegisbench", help="dataset repo")
+    p.add_argument("--dataset", default=DATASET, help="dataset repo")
     p.add_argument("--results", default="results", help="results folder (fire-spread results are read from it)")
     p.add_argument("--out", default="reports/firespread", help="report folder (replaced whole)")
     declare_io(p, reads={"dataset": "--dataset", "results": "--results"}, writes={"out": "--out"})

@@ -53,7 +53,7 @@ from aegisbench.vocab import CLEAN, FIRESPREAD
 log = logging.getLogger(__name__)
 PLOT_SUFFIXES = (".svg", ".json", ".csv")  # what a plots folder may hold (.csv: written by earlier versions)
 #: the Vega-Lite template of the curves' data (``dvc.yaml``: ``template:``), relative to the project
-DVC_TEMPLATE = "aegisbench/templates/dvc_severity_plot.json"
+DVC_TEMPLATE = "src/aegisbench/templates/dvc_severity_plot.json"
 
 
 def _where(at: list[str]) -> str:

@@ -9,6 +9,7 @@ import sys
 
 from aegisbench.cli import command
 from aegisbench.overlap import declare_io
+from aegisbench.paths import DATASET
 
 log = logging.getLogger("aegisbench")
 
@@ -26,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                  "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity",
                  "aegisbench leaderboard --compare committed/leaderboard.parquet   # against ./leaderboard"])
     p.add_argument("--results", default="results", metavar="DIR", help="the results folder: reads <results>/<id>/")
-    p.add_argument("--dataset", default="data/aegisbench",
+    p.add_argument("--dataset", default=DATASET,
                    help="dataset repo whose manifest digest results must match")
     p.add_argument("--out", default="leaderboard", help="output folder")
     p.add_argument("--evaluator-version", default=None,

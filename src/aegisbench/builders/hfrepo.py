@@ -1,4 +1,4 @@
-"""Writer of the Hugging Face dataset repo on disk (``data/aegisbench``).
+"""Writer of the Hugging Face dataset repo on disk (``aegisbench/`` in the project root).
 
 A repo is a set of *configs* (``clean``, ``low_light_s3``, ...). Each config holds
 one split per source: ``<source>_val`` (clean validation, ``clean`` only) and

@@ -117,7 +117,7 @@ def _sample(configs: dict, hub: dict | None) -> list[str]:
         return ["```python", "import datasets",
                 f"ds = datasets.load_dataset(\"{hub['repo_id']}\", \"{config}\", revision=\"{hub['revision']}\")",
                 "```"]
-    return ["```python", "import datasets", f"ds = datasets.load_dataset(\"data/aegisbench\", \"{config}\")", "```"]
+    return ["```python", "import datasets", f"ds = datasets.load_dataset(\"aegisbench\", \"{config}\")  # from the project root", "```"]
 
 
 def _licenses(sources: list[dict]) -> dict:

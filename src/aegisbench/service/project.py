@@ -1,7 +1,7 @@
 """Where a hosted leaderboard keeps its state, inside one benchmark project.
 
 A project is a folder with ``params.yaml`` and the dataset repo it names (``paths.dataset``,
-default ``data/aegisbench``); the pipeline's own results are in ``results/``. Hosting adds
+default ``aegisbench``); the pipeline's own results are in ``results/``. Hosting adds
 ``hosted/``:
 
 * ``hosted/store/`` — what must never be lost, append-only and versioned with DVC
@@ -27,6 +27,7 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.evaluator import EvaluationParams
 from aegisbench.fields import check_int
+from aegisbench.paths import DATASET
 from aegisbench.readers import read_yaml
 from aegisbench.service.rules import HostingRules
 from aegisbench.vocab import WARP_GRID
@@ -61,7 +62,7 @@ class HostedProject:
 
     @property
     def dataset(self) -> Path:
-        rel = (self.raw_params.get("paths") or {}).get("dataset", "data/aegisbench")
+        rel = (self.raw_params.get("paths") or {}).get("dataset", DATASET)
         return self.root / rel
 
     @property

@@ -17,6 +17,7 @@ from pathlib import Path
 from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command, export_global_options
 from aegisbench.errors import BadInput
+from aegisbench.paths import DATASET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--remote", default=None, help="DVC remote name; default: the project's default remote")
         p.add_argument("--jobs", type=int, default=None, help="parallel transfers (dvc's --jobs); default: dvc's")
         if verb == "pull":
-            p.add_argument("--dataset", default="data/aegisbench", help="dataset repo to verify after the pull")
+            p.add_argument("--dataset", default=DATASET, help="dataset repo to verify after the pull")
             p.add_argument("--no-verify", action="store_true", help="skip verifying the dataset after the pull")
         p.set_defaults(func=cmd_remote, verb=verb)
 
