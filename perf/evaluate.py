@@ -266,7 +266,7 @@ def no_intervals():
 def bench_intervals(workdir: Path, n_val: int, n_test: int, n_resamples: int, rounds: int
                     ) -> tuple[list[dict], dict]:
     from aegisbench.evaluation.bootstrap import BootstrapParams
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     from aegisbench.evaluation.evaluator import EvaluationParams, evaluate, evaluate_submission
     from aegisbench.evaluation.submission import validate_submission
 

@@ -55,7 +55,7 @@ PEER_HOW = ("python3 -m venv .venv-peers-fire && .venv-peers-fire/bin/pip instal
 def _setup(grid: int):
     from aegisbench.firespread.layout import make_initial_condition
     from aegisbench.firespread.model import SeedModel
-    from aegisbench.firespread.params import FirespreadParams
+    from aegisbench.params.firespread import FirespreadParams
     p = FirespreadParams.from_dict({"grid": [grid, grid], "realizations": 2})
     return p, SeedModel.from_params(p), make_initial_condition(p, VERSION, 0)
 

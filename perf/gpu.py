@@ -9,7 +9,7 @@ several batch sizes with FP16, and the torch fire-spread model's cell-updates/s.
   (predict loop to written parts, model load excluded). ``--half`` is FP16 on CUDA.
 * fire spread: seed 003's simulator is a compiled CPU kernel (numba) with no torch
   backend; the torch fire-spread model is the ConvLSTM-CA forecaster
-  (:mod:`aegisbench.firespread.convlstm`), whose autoregressive rollout is timed on the
+  (:mod:`aegisbench.forecasters.convlstm`), whose autoregressive rollout is timed on the
   device: cell-updates/s = realizations x frames x H x W / seconds (median of repeats).
 
 ``--device cuda`` fails (exit 2, one line) when CUDA is absent; ``--device cpu`` with tiny
@@ -61,7 +61,7 @@ def detect_rows(args, tmp: Path) -> list[dict]:
 def firespread_row(args) -> dict:
     import torch
 
-    from aegisbench.firespread.convlstm import ConvLSTMCA
+    from aegisbench.forecasters.convlstm import ConvLSTMCA
 
     dev = torch.device(args.device)
     net = ConvLSTMCA(8, seed=0).to(dev).eval()

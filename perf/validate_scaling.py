@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 CHILD = """
 import json, resource, sys, time
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
 index = DatasetIndex(sys.argv[1], verify=False)
 t0 = time.perf_counter()
@@ -97,7 +97,7 @@ def main() -> None:
     ap.add_argument("--yolo-lines", type=float, nargs="*", default=[1e5, 1e6])
     ap.add_argument("--parquet-rows", type=float, nargs="*", default=[1e6])
     args = ap.parse_args()
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     with tempfile.TemporaryDirectory(prefix="aegisbench-scaling-") as tmp:
         tmp = Path(tmp)
         if args.dataset:

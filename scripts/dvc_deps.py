@@ -87,9 +87,9 @@ STAGES = {
     "detect_reference_smoke": Stage(_DETECT + ("aegisbench.detectors.warp_runner:run_warp",
                                                "aegisbench.detectors.noise_sweep:run_noise_sweep",
                                                "aegisbench.params:WarpTestParams")),
-    "firespread_baselines": Stage(("aegisbench.firespread.baselines:write_baselines",
-                                   "aegisbench.firespread.forecasters:BASELINES",
-                                   "aegisbench.firespread.convlstm:ConvLSTMConfig")),
+    "firespread_baselines": Stage(("aegisbench.forecasters.baselines:write_baselines",
+                                   "aegisbench.forecasters.simple:BASELINES",
+                                   "aegisbench.forecasters.convlstm:ConvLSTMConfig")),
     "evaluate": Stage(("aegisbench.evaluation.evaluator:evaluate_submission",)),
     "leaderboard": Stage(("aegisbench.leaderboard.build:build_leaderboard",), data=("src/aegisbench/templates",)),
 }

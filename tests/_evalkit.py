@@ -12,7 +12,7 @@ import yaml
 
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.params import Params
 from aegisbench.predictions import Detections, write_parquet_predictions
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.source_table import SourceRecord, write_source_table
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.hashing import rng_for
 from aegisbench.params import Params
 from aegisbench.predictions import Detections

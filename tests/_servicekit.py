@@ -19,7 +19,7 @@ import httpx
 import yaml
 
 from _evalkit import gt_table, write_submission
-from aegisbench.evaluation.dataset import DatasetIndex, export_coco
+from aegisbench.dataset.index import DatasetIndex, export_coco
 
 ROOT = Path(__file__).resolve().parents[1]
 

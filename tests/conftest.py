@@ -21,7 +21,7 @@ import tempfile  # noqa: E402
 import pytest  # noqa: E402
 
 from _evalkit import tiny_repo
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 
 
 # verification records of the test run go to a scratch folder, not the user's ~/.cache

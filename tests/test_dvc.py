@@ -48,6 +48,13 @@ def project(tmp_path):
     return repo, env, [sys.executable, "-m", "dvc"]
 
 
+def _stdout(args, cwd, env) -> str:
+    """The last line a command prints on stdout (``datasets`` writes its progress to stderr)."""
+    proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout.strip().splitlines()[-1]
+
+
 def _ran(out: str) -> list[str]:
     return sorted(line.split("'")[1] for line in out.splitlines() if line.startswith("Running stage"))
 
@@ -166,12 +173,12 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     # `import aegisbench` is still the package, from src/); aegisbench.load from a folder deeper inside
     call = ("import datasets, aegisbench, pathlib; ds = datasets.load_dataset('aegisbench', 'low_light_s3'); "
             "print(sorted(ds), len(ds['synthetic_sar']), pathlib.Path(aegisbench.__file__).resolve())")
-    out = _run([sys.executable, "-c", call], clone, env).strip().splitlines()[-1]
+    out = _stdout([sys.executable, "-c", call], clone, env)
     rows = built["configs"]["low_light_s3"]["splits"]["synthetic_sar"]["rows"]
     assert out.startswith("['synthetic_sar', 'synthetic_smoke'] " + str(rows) + " "), out
     assert out.endswith("src/aegisbench/__init__.py") and str(clone) not in out, out
     deeper = "import aegisbench; print(len(aegisbench.load('low_light_s3')['synthetic_sar']))"
-    assert _run([sys.executable, "-c", deeper], clone / "submissions", env).strip().splitlines()[-1] == str(rows)
+    assert _stdout([sys.executable, "-c", deeper], clone / "submissions", env) == str(rows)
 
     # an experiment from the committed project; `dvc exp show` narrowed as the README says (what
     # changed, no file-hash columns) fits 100 columns, where the whole table collapses to "…"

@@ -89,7 +89,7 @@ def test_the_build_closure_is_narrow():
     for prefix in ("aegisbench/evaluation/", "aegisbench/leaderboard/", "aegisbench/detectors/",
                    "aegisbench/pipeline/", "aegisbench/builders/synthetic_", "aegisbench/builders/adapters",
                    "aegisbench/builders/sources.py", "aegisbench/builders/preview.py", "aegisbench/metrics",
-                   "aegisbench/firespread/scoring.py", "aegisbench/firespread/truth.py",
+                   "aegisbench/evaluation/firespread_scoring.py", "aegisbench/dataset/firespread_truth.py",
                    "aegisbench/corruptions/preview.py", "aegisbench/predictions.py", "aegisbench/cli.py"):
         assert not [rel for rel in code if rel.startswith(prefix)], prefix
     assert not [rel for rel in code if rel.endswith("/commands.py")]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from aegisbench import metrics as M
-from aegisbench.firespread.cells import CellStats
-from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset
+from aegisbench.evaluation.firespread_cells import CellStats
+from aegisbench.evaluation.firespread_scoring import MapSet, ScoreConfig, score_mapset
 
 
 def _maps(seed: int, n: int = 40, px: int = 96):
@@ -98,7 +98,7 @@ def test_a_cell_without_a_two_class_map_is_null_0_over_0():
 
 
 def test_registered_and_shown_beside_ece():
-    from aegisbench.firespread import report
+    from aegisbench.leaderboard import firespread_report as report
     from aegisbench.leaderboard import tables
     spec = M.REGISTRY["ece_seed003"]
     assert spec.tracks == ("firespread",) and spec.direction == M.LOWER and spec.interval and spec.bounds == (0, 1)

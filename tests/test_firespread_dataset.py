@@ -16,15 +16,15 @@ from aegisbench import cli
 from aegisbench.builders.firespread import (FIRESPREAD_FEATURES, build_firespread_repo, firespread_tasks,
                                            run_ensemble)
 from aegisbench.builders.manifest import load_manifest, verify_repo
-from aegisbench.firespread.convlstm import ConvLSTMConfig
+from aegisbench.forecasters.convlstm import ConvLSTMConfig
 from aegisbench.firespread.ensemble import burn_counts, z_moments
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.results import RESULTS_SCHEMA
-from aegisbench.firespread.baselines import write_baselines
+from aegisbench.forecasters.baselines import write_baselines
 from aegisbench.firespread.layout import make_initial_condition
-from aegisbench.firespread.params import FirespreadParams
-from aegisbench.firespread.submission import FORECASTS, forecasts_table
+from aegisbench.params.firespread import FirespreadParams
+from aegisbench.forecasters.submission import FORECASTS, forecasts_table
 from aegisbench.leaderboard.results import read_entry
 from test_leaderboard_page import measure
 from test_leaderboard_site import CHROMIUM
@@ -183,7 +183,7 @@ def test_held_out_truth_ece_floor_pooled_strata_and_report(repo, tmp_path, capsy
     assert set(pl.read_csv(out / "f2r_vs_f2s.csv")["submission"]) == {"firespread_oracle"}
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     from aegisbench.errors import BadInput
-    from aegisbench.firespread.report import write_report
+    from aegisbench.leaderboard.firespread_report import write_report
     with pytest.raises(BadInput, match="strata.parquet"):
         write_report(path, res, out, submissions=["firespread_persistence"])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # the last good report is kept

@@ -13,7 +13,7 @@ from aegisbench.firespread.ensemble import burnt_curves, z_moments
 from aegisbench.firespread.layout import InitialCondition, make_initial_condition
 from aegisbench.firespread import simulate_realizations  # the public entry point
 from aegisbench.firespread.model import SeedModel, simulate
-from aegisbench.firespread.params import FirespreadParams
+from aegisbench.params.firespread import FirespreadParams
 from aegisbench.firespread.streams import stream_key, uniforms
 
 V = "0.1.0-test"

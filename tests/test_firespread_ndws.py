@@ -11,9 +11,9 @@ import pytest
 
 from aegisbench import cli
 from aegisbench.errors import BadInput
-from aegisbench.firespread.ndws import (INPUT_FEATURES, crc32c, decode_example, encode_example, masked_crc,
+from aegisbench.evaluation.firespread_ndws import (INPUT_FEATURES, crc32c, decode_example, encode_example, masked_crc,
                                         read_ndws, read_tfrecord, score_ndws, write_tfrecord)
-from aegisbench.firespread.submission import forecasts_table
+from aegisbench.forecasters.submission import forecasts_table
 
 
 def sample(rng, i):

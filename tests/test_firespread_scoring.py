@@ -12,9 +12,9 @@ from sklearn.metrics import (auc, average_precision_score, brier_score_loss, f1_
 from aegisbench.firespread.ensemble import burn_counts, burnt_masks, dice
 from aegisbench.firespread.layout import make_initial_condition
 from aegisbench.firespread.model import SeedModel, simulate
-from aegisbench.firespread.params import FirespreadParams
-from aegisbench.firespread.cells import CellStats, distinct_ranks
-from aegisbench.firespread.scoring import MapSet, ScoreConfig, ap_rows, dice_label, score_mapset, var_label
+from aegisbench.params.firespread import FirespreadParams
+from aegisbench.evaluation.firespread_cells import CellStats, distinct_ranks
+from aegisbench.evaluation.firespread_scoring import MapSet, ScoreConfig, ap_rows, dice_label, score_mapset, var_label
 from aegisbench.metrics import weighted_pr_areas
 from aegisbench import metrics as M  # after scoring: see the import-order note there
 

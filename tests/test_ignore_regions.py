@@ -16,7 +16,7 @@ from _evalkit import write_submission
 from _metakit import CONDITION, IGNORE_BOX, ON_IGNORE, SOURCE, gt_detections, has_ignore, meta_repo
 from aegisbench.evaluation.bootstrap import Resamples, ap50_samples, condition_intervals
 from aegisbench.evaluation.coco import coco_map, map_from_arrays
-from aegisbench.evaluation.dataset import DatasetIndex, coco_gt, export_coco
+from aegisbench.dataset.index import DatasetIndex, coco_gt, export_coco
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.matching import match_images

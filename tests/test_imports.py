@@ -1,19 +1,11 @@
-"""The import graph: every module imports on its own, library code never imports the CLI,
-and no module imports against the data flow.
+"""The import graph: the package's layers are its folders (:mod:`aegisbench.layering`).
 
-The data flow is sources -> builders -> dataset repo -> submissions -> evaluation -> results
--> leaderboard (-> the pipeline, which drives ``dvc repro`` over all of them). A module may
-import modules of its own layer or of an earlier one; the leaves (corruptions, metrics,
-the fire-spread simulator, the vocabulary, the numerical core of scoring and the small shared
-helpers) import only leaves.
-The module that defines an artifact's format sits with the stage that writes it (the
-manifest with the builders, the results writer with the evaluation); the modules that read
-it for the next stage sit in that artifact's layer (``leaderboard.results`` reads results/).
-A package's ``__init__`` has the layer of what it imports (an empty one is a leaf).
-
-CLI modules (``aegisbench/cli.py``, every ``commands.py``; ``aegisbench/pipeline/commands.py``
-is the ``run`` command) parse arguments and call the library; they may import anything,
-and nothing but another CLI module may import them.
+Folders import each other without a cycle, so they stack, and each folder's layer is read
+from the imports themselves (one above the highest folder it imports), not from a table kept
+by hand; modules import without a cycle; library code never imports the CLI. The data flow
+(sources -> builders -> dataset repo -> submissions -> evaluation -> results -> leaderboard,
+driven by the pipeline) shows in the derived layers: the dataset contract sits below the
+builders that write through it and every stage that reads through it.
 """
 
 from __future__ import annotations
@@ -24,124 +16,52 @@ import textwrap
 
 import pytest
 
-from aegisbench.importgraph import Edge, ImportGraph, closure_files, import_graph, parents
-
-ORDER = ("leaf", "sources", "builders", "dataset", "submissions", "evaluation", "results", "leaderboard",
-         "pipeline", "service")
-_LEAVES = ("hashing", "errors", "isa", "kernels", "atomic", "staging", "readers", "params", "vocab", "importgraph", "executor", "cluster",
-           "private", "attestation", "releases", "overlap", "attribution",
-           "fields", "progress", "logs", "paths",
-           "geometry", "stats", "metrics", "corruptions", "firespread.model", "firespread.layout",
-           "firespread.params", "firespread.streams", "firespread.ensemble",
-           # the numerical core of scoring: pure functions of boxes and scores (the matcher,
-           # COCO mAP, the frozen-threshold rule); the reference trainer reports with them too
-           "evaluation.matching", "evaluation.coco", "evaluation.threshold", "evaluation.version")
-_SOURCES = ("builders.sources", "builders.adapters", "builders.adapters_formats", "builders.adapters_coco", "builders.adapters_diagnose",
-            "builders.adapters_report",
-            "builders.synthetic_common", "builders.synthetic_people", "builders.synthetic_sar",
-            "builders.synthetic_terrain", "builders.synthetic_smoke", "builders.splits", "builders.source_table")
-_SUBMISSIONS = ("predictions", "detectors", "evaluation.formats", "evaluation.rows",
-                "firespread.submission", "firespread.forecasters", "firespread.convlstm", "firespread.baselines")
-#: module prefix -> layer (the longest matching prefix decides; packages: see the module doc).
-LAYERS = {
-    **{f"aegisbench.{m}": "leaf" for m in _LEAVES},
-    **{f"aegisbench.{m}": "sources" for m in _SOURCES},
-    "aegisbench.builders": "builders",
-    "aegisbench.evaluation.dataset": "dataset",
-    "aegisbench.firespread.truth": "dataset",
-    **{f"aegisbench.{m}": "submissions" for m in _SUBMISSIONS},
-    "aegisbench.evaluation": "evaluation",
-    "aegisbench.firespread.scoring": "evaluation",
-    "aegisbench.firespread.cells": "evaluation",
-    "aegisbench.firespread.track": "evaluation",
-    "aegisbench.firespread.ndws": "evaluation",
-    "aegisbench.leaderboard.results": "results",
-    "aegisbench.leaderboard.result_files": "results",
-    "aegisbench.leaderboard": "leaderboard",
-    "aegisbench.firespread.report": "leaderboard",
-    "aegisbench.pipeline": "pipeline",
-    # a hosted leaderboard: uploads through the evaluator's validator into the hosted board
-    "aegisbench.service": "service",
-}
-assert set(LAYERS.values()) <= set(ORDER)
-
-
-def is_cli(module: str) -> bool:
-    return module == "aegisbench.cli" or module.rsplit(".", 1)[-1] == "commands"
-
-
-def is_package(graph: ImportGraph, module: str) -> bool:
-    return graph.modules[module].endswith("__init__.py")
-
-
-def prefix_layer(module: str) -> str | None:
-    parts = module.split(".")
-    for i in range(len(parts), 0, -1):
-        if ".".join(parts[:i]) in LAYERS:
-            return LAYERS[".".join(parts[:i])]
-    return None
-
-
-def layer_of(graph: ImportGraph, module: str, _busy: frozenset = frozenset()) -> str | None:
-    """The layer of a module: by :data:`LAYERS`; a package's ``__init__``: the latest layer
-    of what it imports (leaf when it imports nothing)."""
-    if not is_package(graph, module):
-        return prefix_layer(module)
-    inner = [layer_of(graph, m, _busy | {module}) for m in graph.imports(module)
-             if m not in _busy | {module} and m not in parents(module) and not is_cli(m)]
-    return max((x for x in inner if x), key=ORDER.index, default="leaf")
-
-
-def violations(graph: ImportGraph) -> tuple[list[str], list[str]]:
-    """(library -> CLI edges, back-edges), one readable line each."""
-    to_cli, back = [], []
-    for e in graph.edges:
-        if is_cli(e.importer):
-            continue
-        if is_cli(e.imported):
-            to_cli.append(f"{e}: library module imports CLI module {e.imported}")
-            continue
-        a, b = layer_of(graph, e.importer), layer_of(graph, e.imported)
-        if a and b and ORDER.index(b) > ORDER.index(a):
-            back.append(f"{e}: {a} imports {b}")
-    return to_cli, back
+from aegisbench.importgraph import Edge, import_graph, closure_files
+from aegisbench.layering import (cli_imports, folder_cycles, folder_edges, folder_graph, folder_of, is_cli, layers,
+                                 module_cycles)
 
 
 @pytest.fixture(scope="module")
-def graph() -> ImportGraph:
+def graph():
     return import_graph()
 
 
 def test_no_library_module_imports_a_cli_module(graph):
-    to_cli, _ = violations(graph)
-    assert not to_cli, "library -> CLI edges:\n  " + "\n  ".join(to_cli)
+    bad = cli_imports(graph)
+    assert not bad, "library -> CLI edges:\n  " + "\n  ".join(bad)
 
 
-def test_no_import_against_the_data_flow(graph):
-    _, back = violations(graph)
-    assert not back, f"{len(back)} back-edge(s) against {' -> '.join(ORDER)}:\n  " + "\n  ".join(back)
+def test_no_module_imports_in_a_circle(graph):
+    cycles = module_cycles(graph)
+    assert not cycles, "import cycles between modules:\n  " + "\n  ".join(" <-> ".join(c) for c in cycles)
 
 
-def test_every_module_has_a_layer_and_every_import_resolves(graph):
-    unplaced = [m for m in graph.modules if not is_cli(m) and layer_of(graph, m) is None]
-    assert not unplaced, f"modules with no layer (add them to LAYERS in {__file__}): {unplaced}"
+def test_the_folders_stack_into_layers(graph):
+    cycles = folder_cycles(graph)
+    lines = [line for c in cycles for a in c for b in c if a != b for line in folder_edges(graph, a, b)]
+    assert not cycles, f"folders importing each other in a circle {cycles}:\n  " + "\n  ".join(lines)
+
+
+def test_the_layers_follow_the_data_flow(graph):
+    """Read from the imports: the base below everything; the dataset contract below the
+    builders that write through it and the stages that read through it; evaluation below the
+    leaderboard; the pipeline and the hosted service on top."""
+    rank = layers(graph)
+    assert rank["aegisbench"] == 0 and min(rank.values()) == 0
+    below = [("dataset", "builders"), ("dataset", "evaluation"), ("dataset", "detectors"), ("dataset", "forecasters"),
+             ("dataset", "leaderboard"), ("evaluation", "leaderboard"), ("builders", "pipeline"),
+             ("leaderboard", "pipeline"), ("evaluation", "service"), ("leaderboard", "service")]
+    wrong = [f"{a} (layer {rank[a]}) is not below {b} (layer {rank[b]})" for a, b in below if rank[a] >= rank[b]]
+    assert not wrong, "\n".join(wrong)
+    top = max(rank.values())
+    assert {f for f, r in rank.items() if r == top} <= {"pipeline", "service"}, rank
+
+
+def test_every_import_resolves(graph):
     stale = [str(u) for u in graph.unresolved]
     assert not stale, "imports of aegisbench modules that do not exist:\n  " + "\n  ".join(stale)
-
-
-def test_layers_classify_as_the_data_flow_says(graph):
-    """The table itself, on modules whose place is not in doubt (so a typo in LAYERS fails)."""
-    expected = {"aegisbench.corruptions.storm": "leaf", "aegisbench.firespread.model": "leaf",
-                "aegisbench.builders.synthetic_sar": "sources", "aegisbench.builders.hfrepo": "builders",
-                "aegisbench.detectors.runner": "submissions", "aegisbench.evaluation.coco": "leaf",
-                "aegisbench.evaluation.scoring": "evaluation", "aegisbench.evaluation.submission": "evaluation",
-                "aegisbench.leaderboard.results": "results",
-    "aegisbench.leaderboard.result_files": "results", "aegisbench.leaderboard.site": "leaderboard",
-                "aegisbench.leaderboard.changes": "leaderboard", "aegisbench.leaderboard.changes_md": "leaderboard",
-                "aegisbench.leaderboard.machine": "leaderboard",
-                "aegisbench.pipeline.project": "pipeline", "aegisbench": "leaf"}
-    assert {m: layer_of(graph, m) for m in expected} == expected
     assert is_cli("aegisbench.cli") and is_cli("aegisbench.pipeline.commands") and not is_cli("aegisbench.pipeline")
+    assert folder_of(graph, "aegisbench.hashing") == "aegisbench" and folder_of(graph, "aegisbench.builders.build") == "builders"
 
 
 # ------------------------------------------------------------- the graph reader itself
@@ -203,16 +123,23 @@ def test_violations_are_found_and_named(tmp_path):
     _write(pkg, "__init__.py", "")
     _write(pkg, "hashing.py", "from aegisbench.leaderboard.site import x\n")
     _write(pkg, "leaderboard/__init__.py", "")
-    _write(pkg, "leaderboard/site.py", "x = 1\n")
+    _write(pkg, "leaderboard/site.py", "from aegisbench.hashing import y\nx = 1\n")
     _write(pkg, "leaderboard/commands.py", "from aegisbench.leaderboard.site import x\n")
     _write(pkg, "evaluation/__init__.py", "")
-    _write(pkg, "evaluation/coco.py", "from aegisbench.leaderboard.commands import x\n")
-    to_cli, back = violations(import_graph(pkg))
-    assert to_cli == ["aegisbench.evaluation.coco -> aegisbench.leaderboard.commands  "
-                      "[aegisbench/evaluation/coco.py:1]: library module imports CLI module "
-                      "aegisbench.leaderboard.commands"]
-    assert back == ["aegisbench.hashing -> aegisbench.leaderboard.site  [aegisbench/hashing.py:1]: "
-                    "leaf imports leaderboard"]
+    _write(pkg, "evaluation/coco.py", "from aegisbench.leaderboard.commands import x\nPLUGIN = 'aegisbench.leaderboard.site'\n")
+    g = import_graph(pkg)
+    assert cli_imports(g) == ["aegisbench.evaluation.coco -> aegisbench.leaderboard.commands  "
+                              "[aegisbench/evaluation/coco.py:1]: library module imports CLI module "
+                              "aegisbench.leaderboard.commands"]
+    assert module_cycles(g) == [["aegisbench.hashing", "aegisbench.leaderboard.site"]]
+    assert folder_cycles(g) == [["aegisbench", "leaderboard"]]
+    assert folder_edges(g, "aegisbench", "leaderboard") == [
+        "aegisbench.hashing -> aegisbench.leaderboard.site  [aegisbench/hashing.py:1]"]
+    assert dict(folder_graph(g)) == {"aegisbench": {"leaderboard"}, "leaderboard": {"aegisbench"}}  # strings: no edge
+    with pytest.raises(ValueError, match="do not stack"):
+        layers(g)
+    _write(pkg, "hashing.py", "y = 1\n")
+    assert layers(import_graph(pkg)) == {"aegisbench": 0, "leaderboard": 1, "evaluation": 0}
 
 
 # ------------------------------------------------------------- every module imports

@@ -130,7 +130,7 @@ def test_importing_aegisbench_leaves_the_process_alone_and_the_command_pins():
 def test_drawing_a_calibration_figure_leaves_pyplot_and_its_backend_alone():
     """Scoring a forecaster from a notebook draws its calibration figure without pyplot: the
     user's backend and open figures are not touched."""
-    code = ("import sys\nimport pyarrow as pa\nfrom aegisbench.firespread.track import calibration_png\n"
+    code = ("import sys\nimport pyarrow as pa\nfrom aegisbench.evaluation.firespread_track import calibration_png\n"
             "png = calibration_png(pa.table({'severity': [0, 0], 'prob_pred': [0.2, 0.7], 'prob_true': [0.1, 0.8]}))\n"
             "print(png[:4] == b'\\x89PNG', 'matplotlib.pyplot' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True).stdout

@@ -54,7 +54,7 @@ print("MACHINE READY", flush=True)
 from aegisbench.builders.source_table import read_source_table
 from aegisbench.detectors.interface import load_detector
 from aegisbench.detectors.reference import ReferenceParams, train_reference
-from aegisbench.firespread.convlstm import ConvLSTMConfig, predict_convlstm, train_convlstm
+from aegisbench.forecasters.convlstm import ConvLSTMConfig, predict_convlstm, train_convlstm
 p = ReferenceParams(epochs=2, max_images=3, crop=96, imgsz=96, batch=4, close_mosaic=1, warmup_epochs=0,
                     onednn=onednn)
 result = {}

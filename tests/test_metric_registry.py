@@ -136,8 +136,8 @@ def test_every_row_of_a_detection_evaluation_is_registered(tmp_path, repo, index
 
 def test_every_row_of_a_firespread_evaluation_is_registered(tmp_path):
     from aegisbench.builders.firespread import build_firespread_repo
-    from aegisbench.firespread.baselines import write_baselines
-    from aegisbench.firespread.track import STRATA_FILE
+    from aegisbench.forecasters.baselines import write_baselines
+    from aegisbench.evaluation.firespread_track import STRATA_FILE
     params = {"grid": [16, 16], "realizations": 24, "s_levels": [0, 30], "initial_conditions": 4,
               "test_initial_conditions": [2, 3], "realizations_per_shard": 10,
               "forecast": {"observe": 4, "horizon": 6, "eval_realizations": 3}}
@@ -160,8 +160,8 @@ def test_every_row_of_a_firespread_evaluation_is_registered(tmp_path):
 
 
 def test_view_selections_and_the_committed_leaderboard_name_registered_metrics():
-    from aegisbench.firespread import report
-    from aegisbench.firespread.scoring import SD_METRICS
+    from aegisbench.leaderboard import firespread_report as report
+    from aegisbench.evaluation.firespread_scoring import SD_METRICS
     from aegisbench.leaderboard import markdown, site, tables
     lists = {"DETECTION_HEAT": tables.DETECTION_HEAT, "F2R_HEAT": tables.F2R_HEAT, "F2S_HEAT": tables.F2S_HEAT,
              "DETECTION_MARKDOWN": markdown.DETECTION_MARKDOWN, "WARP_PATCH_METRICS": markdown.WARP_PATCH_METRICS,

@@ -28,7 +28,7 @@ from aegisbench.builders.sources import materialize_source
 from aegisbench.cli import main
 from aegisbench.corruptions.registry import corruption, perturbation
 from aegisbench.evaluation.bootstrap import BootstrapParams
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
 from aegisbench.params import Params
 from aegisbench.vocab import MODALITIES, THERMAL

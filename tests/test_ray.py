@@ -173,7 +173,7 @@ def test_cli_detect_on_ray(tiny, weights, tmp_path, capsys):
 
 def test_evaluate_on_workers_and_ray_equals_in_process(tiny, weights, tmp_path):
     from aegisbench.evaluation.bootstrap import BootstrapParams
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     from aegisbench.evaluation.evaluator import EvaluationParams, evaluate
     from aegisbench.evaluation.submission import validate_submission
 

@@ -134,7 +134,7 @@ def test_side_by_side_bad_input_trains_nothing(source, tmp_path, capsys):
 
 
 def test_convlstm_weights_are_byte_identical_under_load():
-    from aegisbench.firespread.convlstm import ConvLSTMConfig, train_convlstm
+    from aegisbench.forecasters.convlstm import ConvLSTMConfig, train_convlstm
 
     rng = np.random.default_rng(3)
     tau = rng.integers(0, 12, (4, 16, 16)).astype(np.float32)  # ignition times of 4 realizations

@@ -18,7 +18,7 @@ from aegisbench.service import status as st
 def scored(tmp_path_factory):
     """A fire-spread reference forecaster scored by the evaluator, and the board built from it."""
     from aegisbench.builders.firespread import build_firespread_repo
-    from aegisbench.firespread.baselines import write_baselines
+    from aegisbench.forecasters.baselines import write_baselines
     root = tmp_path_factory.mktemp("headline")
     params = {"grid": [16, 16], "realizations": 12, "s_levels": [0, 30], "initial_conditions": 4,
               "test_initial_conditions": [2, 3], "realizations_per_shard": 6,

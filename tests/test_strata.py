@@ -13,7 +13,7 @@ from _evalkit import write_submission
 from _metakit import CONDITION, N_TEST, SOURCE, gt_detections, meta_repo, time_of
 from aegisbench.cli import main
 from aegisbench.evaluation.bootstrap import BootstrapParams, Resamples, condition_intervals
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.detection import SplitScore
 from aegisbench.evaluation.evaluator import EvaluationParams
 from aegisbench.evaluation.strata import stratum_label

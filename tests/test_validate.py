@@ -18,7 +18,7 @@ import yaml
 
 from _evalkit import gt_table, meta, rewrite_rows, rows_of, write_submission, write_yolo_predictions
 from aegisbench.cli import main
-from aegisbench.evaluation.dataset import export_coco
+from aegisbench.dataset.index import export_coco
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
 
 

@@ -21,7 +21,7 @@ from aegisbench.builders.build import build_repo
 from aegisbench.builders.manifest import verify_repo
 from aegisbench.builders.withhold import verify_labels
 from aegisbench.cli import main
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 
 CONDITIONS = ["low_light_s3"]
 

@@ -31,7 +31,7 @@ from aegisbench.builders.manifest import (dataset_digest, iter_shards, load_mani
 from aegisbench.builders.shard_content import shard_facts
 from aegisbench.cli import main
 from aegisbench.errors import BadInput, VerificationError
-from aegisbench.evaluation.dataset import DatasetIndex, read_split_gt
+from aegisbench.dataset.index import DatasetIndex, read_split_gt
 from aegisbench.hashing import file_sha256, json_sha256
 from aegisbench.params import Params
 

@@ -73,7 +73,7 @@ def test_two_concurrent_builds_one_winner_one_refusal(tmp_path, capsys):
 def test_concurrent_evaluations_write_what_sequential_ones_write(tmp_path):
     from _evalkit import gt_table, write_submission
     from aegisbench.builders.build import build_repo
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     from test_repo import tiny_params
 
     build_repo(tiny_params(tmp_path), progress=False)

@@ -192,7 +192,7 @@ def test_dvc_repro_keeps_last_good_results_of_a_submission_turned_invalid(tmp_pa
     pytest.importorskip("dvc")
     from _evalkit import gt_table, write_submission
     from aegisbench.builders.build import build_repo
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     from test_repo import tiny_params
 
     repo = tmp_path / "project"

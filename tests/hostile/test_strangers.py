@@ -26,7 +26,7 @@ import yaml
 from _evalkit import gt_table, rows_of, write_submission, write_yolo_predictions
 from _hostilekit import files_of
 from aegisbench.cli import main
-from aegisbench.evaluation.dataset import export_coco
+from aegisbench.dataset.index import export_coco
 from test_adapters import put, scene, text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,7 +173,7 @@ def test_coco_results_of_the_exported_category_are_scored(good, index, repo, cap
 @pytest.fixture(scope="module")
 def fire(tmp_path_factory):
     from aegisbench.builders.firespread import build_firespread_repo
-    from aegisbench.firespread.baselines import write_baselines
+    from aegisbench.forecasters.baselines import write_baselines
     root = tmp_path_factory.mktemp("fire")
     params = {"grid": [16, 16], "realizations": 12, "s_levels": [0, 30], "initial_conditions": 4,
               "test_initial_conditions": [2, 3], "realizations_per_shard": 6,

@@ -15,7 +15,7 @@ initial condition (or, for the statistic, every test/train IC at one S-level). T
 random stream is keyed by ``(version, initial condition, S-level, realization,
 step, cell)``, so blocks are independent and can run anywhere in any order.
 
->>> from aegisbench.firespread.params import FirespreadParams
+>>> from aegisbench.params.firespread import FirespreadParams
 >>> p = FirespreadParams.from_dict({"grid": [12, 12], "realizations": 6, "s_levels": [0, 20],
 ...     "initial_conditions": 2, "test_initial_conditions": [1], "realizations_per_shard": 4})
 >>> tasks = firespread_tasks(p, "0.1.0")
@@ -37,7 +37,7 @@ from aegisbench.atomic import atomic_write_text
 from aegisbench.firespread.ensemble import burn_counts, z_moments
 from aegisbench.firespread.layout import InitialCondition, make_initial_condition
 from aegisbench.firespread.model import Ensemble, SeedModel, simulate
-from aegisbench.firespread.params import FirespreadParams
+from aegisbench.params.firespread import FirespreadParams
 from aegisbench.hashing import bytes_sha256
 from aegisbench.builders.hfrepo import ShardEntry, features_schema, write_rows_shard
 from aegisbench.vocab import (FIRESPREAD_ENSEMBLE, FIRESPREAD_FAMILY, FIRESPREAD_STATISTIC, FIRESPREAD_STATISTIC_CONFIG,

@@ -167,7 +167,7 @@ def _print_problems(exc) -> int:
 
 
 def cmd_validate(args) -> int:
-    from aegisbench.evaluation.dataset import DatasetIndex
+    from aegisbench.dataset.index import DatasetIndex
     from aegisbench.evaluation.submission import SubmissionInvalid, validate_submission
     index = DatasetIndex(args.dataset, verify=not args.no_verify)
     try:
@@ -243,7 +243,7 @@ def cmd_import_published(args) -> int:
 
 
 def cmd_export_coco(args) -> int:
-    from aegisbench.evaluation.dataset import DatasetIndex, export_coco
+    from aegisbench.dataset.index import DatasetIndex, export_coco
     written = export_coco(DatasetIndex(args.dataset, verify=not args.no_verify), args.out)
     print(f"wrote {len(written)} COCO GT files to {args.out}")
     return 0

@@ -50,7 +50,7 @@ import pyarrow as pa
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import Resamples
 from aegisbench.evaluation.coco import map_from_arrays
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.matching import BatchMatch, match_images
 from aegisbench.evaluation.results import Evaluation, provenance, results_table
 from aegisbench.evaluation.scoring import ConditionScorer

@@ -4,7 +4,7 @@
 checks, then its track's ``read``), scores it with its track's ``score`` and writes
 ``results/<id>/`` with the shared writer. Tracks are plug-ins
 (:mod:`aegisbench.evaluation.tracks`): the detection tracks in
-:mod:`aegisbench.evaluation.detection`, fire-spread in :mod:`aegisbench.firespread.track`.
+:mod:`aegisbench.evaluation.detection`, fire-spread in :mod:`aegisbench.evaluation.firespread_track`.
 
 >>> EvaluationParams(threshold_grid=(0.01, 0.02)).threshold_grid, EvaluationParams().threshold_grid
 ((0.01, 0.02), None)
@@ -20,7 +20,7 @@ from aegisbench.overlap import refuse_overlap
 from aegisbench.atomic import clean_leftovers, output_lock
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.matching import IOU_THRESHOLD
 from aegisbench.evaluation.results import Evaluation, write_results
 from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimits, validate_submission

@@ -371,7 +371,7 @@ def parse_yolo_file(path: Path, config: str, split: str, size: tuple[int, int], 
 def read_coco_table(path: Path, config: str, index, tmp: Path) -> dict[tuple[str, str, str], Detections]:
     """Load one COCO results file with :func:`~aegisbench.predictions.read_coco_results`
     against the GT rebuilt from the dataset (never a submitted GT), keyed by split."""
-    from aegisbench.evaluation.dataset import coco_gt
+    from aegisbench.dataset.index import coco_gt
     gt_path = tmp / f"{config}.json"
     gt_path.write_text(json.dumps(coco_gt(index, config, key_field=COCO_KEY)), encoding="utf-8")
     table = read_coco_results(path, gt_path, config, "_", id_field=COCO_KEY)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from aegisbench.errors import BadInput
 from aegisbench.fields import Range, check_fields
-from aegisbench.evaluation.dataset import DatasetIndex, coco_categories
+from aegisbench.dataset.index import DatasetIndex, coco_categories
 from aegisbench.evaluation.formats import (YOLO_FIELDS, ClassRule, check_labels, parse_coco, parse_parquet,
                                            parse_yolo_file, read_coco_table)
 from aegisbench.evaluation.metadata import (METADATA_FIELDS, check_classes, check_metadata, check_required,

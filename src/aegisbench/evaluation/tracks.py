@@ -75,7 +75,7 @@ def _load() -> None:
     with _loading:
         if not _loaded:
             from aegisbench.evaluation import detection  # noqa: F401  (registers sar, smoke)
-            from aegisbench.firespread import track  # noqa: F401  (registers firespread)
+            from aegisbench.evaluation import firespread_track as track  # noqa: F401  (registers firespread)
             _loaded = True
 
 

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from aegisbench.fields import is_int
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.formats import number_column, read_parquet_checked
 from aegisbench.evaluation.rows import BOX, Frames, Problems, RawRows, check_rows, repeat
 from aegisbench.metrics import (deceived_position_rates, deception_counts, deception_heatmap, flip_probabilities,

@@ -36,7 +36,7 @@ import numpy as np
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import ap50_samples
 from aegisbench.evaluation.coco import IOU_THRESHOLDS, map_from_arrays
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.formats import check_labels, parse_parquet
 from aegisbench.evaluation.matching import match_images
 from aegisbench.evaluation.rows import Frames, Problems, check_rows

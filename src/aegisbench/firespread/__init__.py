@@ -3,22 +3,22 @@ probabilistic forecasts and their F2R / F2S scores.
 
 Modules:
 
-* :mod:`~aegisbench.firespread.params` - the ``firespread:`` section of ``params.yaml``;
+* :mod:`~aegisbench.params.firespread` - the ``firespread:`` section of ``params.yaml``;
 * :mod:`~aegisbench.firespread.layout` - initial conditions (forest layout, fire seeds);
 * :mod:`~aegisbench.firespread.model` - seed 003's model exactly (its NetLogo generator: 4-neighbour
   asks in random order, Moore heat sums, one p_ignite trial per ask, embers cooling by ``q_die``
   for 12 ticks), a compiled kernel; :func:`simulate_realizations` is the public entry point,
   with the per-realization random streams of :mod:`~aegisbench.firespread.streams`;
 * :mod:`~aegisbench.firespread.ensemble` - fire maps, burn counts, ``Z_t`` moments, Dice;
-* :mod:`~aegisbench.firespread.truth` - reading the built configs back;
-* :mod:`~aegisbench.firespread.submission` - forecast Parquet layout and validation;
-* :mod:`~aegisbench.firespread.scoring` - F2R / F2S scores (from the per-unit sufficient statistics of
-  :mod:`~aegisbench.firespread.cells`); :mod:`~aegisbench.firespread.track` - the
+* :mod:`~aegisbench.dataset.firespread_truth` - reading the built configs back;
+* :mod:`~aegisbench.forecasters.submission` - forecast Parquet layout and validation;
+* :mod:`~aegisbench.evaluation.firespread_scoring` - F2R / F2S scores (from the per-unit sufficient statistics of
+  :mod:`~aegisbench.evaluation.firespread_cells`); :mod:`~aegisbench.evaluation.firespread_track` - the
   track plug-in (reading and scoring submissions for ``aegisbench validate`` / ``evaluate``);
-* :mod:`~aegisbench.firespread.baselines` - the reference forecasters' submissions;
-* :mod:`~aegisbench.firespread.report` - Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S table;
-* :mod:`~aegisbench.firespread.forecasters` / :mod:`~aegisbench.firespread.convlstm` - baselines;
-* :mod:`~aegisbench.firespread.ndws` - Next Day Wildfire Spread TFRecords without TensorFlow;
+* :mod:`~aegisbench.forecasters.baselines` - the reference forecasters' submissions;
+* :mod:`~aegisbench.leaderboard.firespread_report` - Fig. 3 (SD[Z_t] per S-Level) and the F2R-vs-F2S table;
+* :mod:`~aegisbench.forecasters.simple` / :mod:`~aegisbench.forecasters.convlstm` - baselines;
+* :mod:`~aegisbench.evaluation.firespread_ndws` - Next Day Wildfire Spread TFRecords without TensorFlow;
 * :mod:`~aegisbench.firespread.commands` - the ``firespread-*`` CLI commands.
 
 What the numbers mean:

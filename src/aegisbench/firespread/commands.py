@@ -85,9 +85,9 @@ def _positive(v: int | None, name: str) -> None:
 
 
 def cmd_baselines(args) -> int:
-    from aegisbench.firespread.convlstm import ConvLSTMConfig
-    from aegisbench.firespread.baselines import write_baselines
-    from aegisbench.firespread.forecasters import BASELINES
+    from aegisbench.forecasters.convlstm import ConvLSTMConfig
+    from aegisbench.forecasters.baselines import write_baselines
+    from aegisbench.forecasters.simple import BASELINES
     names = [n.strip() for n in args.only.split(",")] if args.only else list(BASELINES)
     bad = [n for n in names if n not in BASELINES]
     if bad:
@@ -109,7 +109,7 @@ def cmd_simulate(args) -> int:
     from aegisbench.firespread.ensemble import z_moments
     from aegisbench.builders.firespread import run_ensemble
     from aegisbench.firespread.layout import make_initial_condition
-    from aegisbench.firespread.params import FirespreadParams
+    from aegisbench.params.firespread import FirespreadParams
     from aegisbench.params import Params
     p = FirespreadParams.load(args.params)
     version = Params.load(args.params).benchmark_version
@@ -127,14 +127,14 @@ def cmd_simulate(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from aegisbench.firespread.report import write_report
+    from aegisbench.leaderboard.firespread_report import write_report
     files = write_report(args.dataset, args.results, args.out)
     print(f"wrote {args.out}: " + ", ".join(f.name for f in files))
     return 0
 
 
 def cmd_ndws(args) -> int:
-    from aegisbench.firespread.ndws import score_ndws
+    from aegisbench.evaluation.firespread_ndws import score_ndws
     _positive(args.n_boot, "--n-resamples")
     table = score_ndws(args.tfrecords, args.forecast, out=args.out, n_boot=args.n_boot, threshold=args.threshold)
     print(f"scored {len(args.tfrecords)} file(s): {table.num_rows} metric rows"

@@ -9,7 +9,7 @@ random integer), so the layout is bit-identical on every platform. Fire seeds ar
 ``n_seeds`` distinct tree cells drawn from the central half of the grid (from all
 trees if the centre has too few).
 
->>> from aegisbench.firespread.params import FirespreadParams
+>>> from aegisbench.params.firespread import FirespreadParams
 >>> p = FirespreadParams.from_dict({"grid": [24, 24], "realizations": 10})
 >>> ic = make_initial_condition(p, "0.1.0", 0)
 >>> ic.tree.shape, int(ic.tree.sum()) == round(p.forest_density * 24 * 24), bool(ic.tree[tuple(ic.seeds.T)].all())
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aegisbench.firespread.params import FirespreadParams
+from aegisbench.params.firespread import FirespreadParams
 from aegisbench.hashing import rng_for
 
 

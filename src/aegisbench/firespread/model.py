@@ -47,7 +47,7 @@ import numpy as np
 
 from aegisbench.fields import Range, check_fields, check_float, check_int
 from aegisbench.firespread.layout import InitialCondition
-from aegisbench.firespread.params import FirespreadParams
+from aegisbench.params.firespread import FirespreadParams
 from aegisbench.firespread.streams import mix64, stream_key
 
 log = logging.getLogger(__name__)

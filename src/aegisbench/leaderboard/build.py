@@ -74,7 +74,7 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
 def write_board(board: Board, out: Path, firespread=None, preview: str | Path | None = None,
                 calibration: str | Path | None = None) -> list[Path]:
     """Write every output of ``board`` under ``out`` (which must be empty or new);
-    ``firespread``: a :class:`~aegisbench.firespread.report.FirespreadReport` or None;
+    ``firespread``: a :class:`~aegisbench.leaderboard.firespread_report.FirespreadReport` or None;
     ``preview``: the preview stage's folder (the page's condition gallery) or None."""
     files = []
     if firespread is not None:
@@ -100,8 +100,8 @@ def _firespread_report(board: Board, results: dict[str, Path], dataset: str | Pa
     (``results``: each merged submission's folder), when the dataset holds the statistic
     (None otherwise); the dataset repo it reads must pass verify."""
     from aegisbench.builders.manifest import MANIFEST, require_verified
-    from aegisbench.firespread.report import STRATA_FILE, build_report
-    from aegisbench.firespread.truth import STATISTIC_CONFIG
+    from aegisbench.leaderboard.firespread_report import STRATA_FILE, build_report
+    from aegisbench.dataset.firespread_truth import STATISTIC_CONFIG
     subs = sorted(s for s, prov in board.provenance.items() if prov.get("track") == FIRESPREAD)
     if not subs:
         return None

@@ -311,7 +311,7 @@ def _firespread_view(report, out: Path, written: list[Path]) -> dict | None:
     """The fire-spread report on the page: Fig. 3 as a PNG and the F2R-vs-F2S tables."""
     if report is None:
         return None
-    from aegisbench.firespread.report import max_sd_by_level, table_views
+    from aegisbench.leaderboard.firespread_report import max_sd_by_level, table_views
     figures = {"figure": "plots/firespread-sd_zt.png", "figure_narrow": "plots/firespread-sd_zt-narrow.png"}
     for key, name in figures.items():
         if getattr(report, key):  # the narrow one: stacked panels, for a phone

@@ -1,7 +1,7 @@
 """Registered names that a track's scorer computes in bulk rather than per condition:
 the clean validation rows and the WARP cloud-patch test and noise sweep of the detection tracks, and
 the fire-spread cells (F2R and F2S side by side, seed 003), which
-:mod:`aegisbench.firespread.scoring` computes from pooled sufficient statistics.
+:mod:`aegisbench.evaluation.firespread_scoring` computes from pooled sufficient statistics.
 ``precision``, ``recall`` and ``f1`` of fire spread are the detection metrics' names
 (:mod:`aegisbench.metrics.per_condition`), read there as F2R scores.
 

@@ -34,7 +34,7 @@ from sqlalchemy.exc import IntegrityError
 
 from aegisbench.atomic import fsync_dir
 from aegisbench.errors import BadInput
-from aegisbench.evaluation.dataset import DatasetIndex
+from aegisbench.dataset.index import DatasetIndex
 from aegisbench.evaluation.submission import SubmissionInvalid, ValidationLimits, validate_submission
 from aegisbench.hashing import json_sha256
 from aegisbench.service.db import add_event, locked, naive, submissions

@@ -33,7 +33,7 @@ Every metric name is registered in :mod:`aegisbench.metrics` (its direction, bou
 label live there); a cell whose names are not is refused.
 
 Everything is computed from per-unit sufficient statistics of the pooled pixels
-(:class:`~aegisbench.firespread.cells.CellStats`): TP/FP/FN counts (``metrics.precision`` /
+(:class:`~aegisbench.evaluation.firespread_cells.CellStats`): TP/FP/FN counts (``metrics.precision`` /
 ``recall`` / ``f1``), the calibration-bin state of ``metrics._calibration_update``
 (``metrics._calibration_compute`` gives Brier, its decomposition and ECE), and per-unit
 tables of positives/negatives per distinct score (AP and AUC-PR by
@@ -61,7 +61,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from aegisbench import metrics as M
-from aegisbench.firespread.cells import CellStats, distinct_ranks, pool_cells
+from aegisbench.evaluation.firespread_cells import CellStats, distinct_ranks, pool_cells
 from aegisbench.stats import count_ratios as count_statistics
 from aegisbench.stats import multiplicities, percentile_interval, ratio, resample_indices
 

@@ -35,7 +35,7 @@ from aegisbench.atomic import atomic_write_bytes, atomic_write_text
 
 from aegisbench.staging import staged_dir
 from aegisbench.errors import BadInput
-from aegisbench.firespread.scoring import VAR_EDGES
+from aegisbench.evaluation.firespread_scoring import VAR_EDGES
 from aegisbench.leaderboard.markdown import md_code, md_escape
 from aegisbench.leaderboard.results import check_strata
 from aegisbench.metrics import label, selection
@@ -81,7 +81,7 @@ def _csv(df: pl.DataFrame) -> bytes:
 def sd_zt_table(dataset: str | Path, manifest: dict | None = None) -> pl.DataFrame:
     """``E[Z_t]`` and ``SD[Z_t]`` per (S-Level, test initial condition, frame)."""
     from aegisbench.builders.manifest import require_verified
-    from aegisbench.firespread.truth import read_statistic
+    from aegisbench.dataset.firespread_truth import read_statistic
     manifest = manifest if manifest is not None else require_verified(dataset)
     stats, _task = read_statistic(dataset, manifest)
     cols: dict[str, list] = {"s_level": [], "initial_condition": [], "t": [], "z_mean": [], "sd_z": []}

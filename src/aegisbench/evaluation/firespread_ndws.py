@@ -9,7 +9,7 @@ unknown pixels are masked from every metric and from the Dice strata.
 TFRecord framing: ``uint64 length | uint32 masked_crc32c(length) | data |
 uint32 masked_crc32c(data)`` (little endian). The length CRC is always checked;
 the data CRC when ``verify_data=True`` (pure Python, slow on the full dataset).
-Scoring reuses :func:`aegisbench.firespread.scoring.score_mapset` with each sample as
+Scoring reuses :func:`aegisbench.evaluation.firespread_scoring.score_mapset` with each sample as
 a bootstrap unit and the Dice between ``PrevFireMask`` and ``FireMask`` as the
 stratum (seed 003 Table 3).
 
@@ -238,7 +238,7 @@ def read_ndws(paths: Sequence[str | Path], verify_data: bool = False) -> dict[st
 def read_ndws_forecasts(path: str | Path, n: int) -> np.ndarray:
     """``(n, 64, 64)`` maps from a Parquet file with columns ``sample`` (0-based index in
     reading order) and ``probability`` (64 lists of 64 floats), validated like submissions."""
-    from aegisbench.firespread.submission import forecasts_from_table
+    from aegisbench.forecasters.submission import forecasts_from_table
     path = Path(path)
     if not path.is_file():
         raise BadInput("forecast file not found", where=str(path))
@@ -256,7 +256,7 @@ def read_ndws_forecasts(path: str | Path, n: int) -> np.ndarray:
 def ndws_mapset(samples: Mapping[str, np.ndarray], probs: np.ndarray):
     """The scorer's view of NDWS: y = FireMask == 1, unknown (-1) masked, Dice(Prev, Fire) strata."""
     from aegisbench.firespread.ensemble import dice
-    from aegisbench.firespread.scoring import MapSet
+    from aegisbench.evaluation.firespread_scoring import MapSet
     prev, fire = samples["PrevFireMask"], samples["FireMask"]
     known = (prev >= 0) & (fire >= 0)
     d = dice((prev == 1) & known, (fire == 1) & known)
@@ -269,8 +269,8 @@ def score_ndws(paths: Sequence[str | Path], forecast: str | np.ndarray = "persis
                n_boot: int = 1000, threshold: float = 0.5, n_bins: int = 10) -> pa.Table:
     """Score forecasts of ``FireMask`` from the NDWS files (``"persistence"`` = ``PrevFireMask == 1``)."""
     from aegisbench.evaluation.results import results_table
-    from aegisbench.firespread.track import CALIBRATION_SCHEMA, calibration_png
-    from aegisbench.firespread.scoring import ScoreConfig, score_mapset
+    from aegisbench.evaluation.firespread_track import CALIBRATION_SCHEMA, calibration_png
+    from aegisbench.evaluation.firespread_scoring import ScoreConfig, score_mapset
     samples = read_ndws(paths)
     n = len(samples["FireMask"])
     if isinstance(forecast, str) and forecast == "persistence":

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from aegisbench.errors import BadInput
-from aegisbench.firespread import forecasters as F
-from aegisbench.firespread.submission import Key, write_submission
-from aegisbench.firespread.truth import TRAIN_SPLIT, TaskSpec, firespread_levels, read_realizations, read_test_truth
+from aegisbench.forecasters import simple as F
+from aegisbench.forecasters.submission import Key, write_submission
+from aegisbench.dataset.firespread_truth import TRAIN_SPLIT, TaskSpec, firespread_levels, read_realizations, read_test_truth
 from aegisbench.kernels import describe as describe_kernels
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,7 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
         raise BadInput(f"unknown baseline {name!r}; expected one of {F.BASELINES}", where="--only")
     net = None
     if name == "convlstm":
-        from aegisbench.firespread.convlstm import ConvLSTMConfig, train_convlstm
+        from aegisbench.forecasters.convlstm import ConvLSTMConfig, train_convlstm
         cfg = convlstm_cfg or ConvLSTMConfig()
         train = {}
         for s in firespread_levels(manifest):
@@ -67,7 +67,7 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
         elif name == "spread_heuristic":
             probs = F.spread_heuristic(inp.tree, inp.observed, task.horizon)
         else:
-            from aegisbench.firespread.convlstm import predict_convlstm
+            from aegisbench.forecasters.convlstm import predict_convlstm
             probs = predict_convlstm(net, inp.tree, inp.observed, inp.p_ignite, task.horizon)
         for i in range(len(inp.ics)):
             for j, f in enumerate(inp.frames):
@@ -78,7 +78,7 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
 
 def _convlstm_device(cfg) -> str:
     """Where the ConvLSTM of ``cfg`` (None: the default config) runs."""
-    from aegisbench.firespread.convlstm import ConvLSTMConfig, device_of
+    from aegisbench.forecasters.convlstm import ConvLSTMConfig, device_of
 
     return str(device_of(cfg or ConvLSTMConfig()))
 

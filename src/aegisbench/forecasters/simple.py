@@ -10,7 +10,7 @@ each cell at frames ``observe+1 .. observe+horizon``:
 * ``spread_heuristic``: fire advances from the active front (cells ignited in the
   last two observed frames) along geodesic distance through trees at the speed seen
   so far; ``P = clip(v (t - observe) - d + 1, 0, 1)``; no front = persistence;
-* ``convlstm``: see :mod:`aegisbench.firespread.convlstm`.
+* ``convlstm``: see :mod:`aegisbench.forecasters.convlstm`.
 
 >>> tree = np.ones((1, 5, 5), bool); obs = np.zeros((1, 2, 5, 5), bool)
 >>> obs[:, 0, 2, 2] = True; obs[:, 1, 1:4, 1:4] = True
@@ -26,7 +26,7 @@ import numpy as np
 
 from aegisbench.firespread.ensemble import burnt_masks
 from aegisbench.firespread.model import neighbourhood_offsets
-from aegisbench.firespread.truth import EnsembleTruth, TaskSpec
+from aegisbench.dataset.firespread_truth import EnsembleTruth, TaskSpec
 
 BASELINES = ("oracle", "persistence", "spread_heuristic", "convlstm")
 

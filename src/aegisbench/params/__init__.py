@@ -24,7 +24,7 @@ from aegisbench.readers import read_yaml
 from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS, WARP_GRID
 
 if TYPE_CHECKING:  # imported lazily at run time (the fire-spread package is optional work)
-    from aegisbench.firespread.params import FirespreadParams
+    from aegisbench.params.firespread import FirespreadParams
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -229,7 +229,7 @@ class Params:
             raise BadInput("must be a mapping", where="params.yaml: firespread")
         firespread = None
         if fs is not None and fs.get("enabled", True) is not False:
-            from aegisbench.firespread.params import FirespreadParams
+            from aegisbench.params.firespread import FirespreadParams
             firespread = FirespreadParams.from_dict({k: v for k, v in fs.items() if k != "enabled"})
         return cls(benchmark_version=str(raw["benchmark_version"]), sources=tuple(sources),
                    build=build, sources_dir=paths.get("sources", paths_.SOURCES),

@@ -1,5 +1,5 @@
 """The fire-spread track as a plug-in: its submissions are burn-probability maps
-(``forecasts.parquet``, see :mod:`aegisbench.firespread.submission`), scored against
+(``forecasts.parquet``, see :mod:`aegisbench.forecasters.submission`), scored against
 the built ensembles (F2R against each held-out realization, F2S against the ensemble
 statistic, stratified by ``Var[Z_t]`` and Dice; seed 003).
 
@@ -30,9 +30,9 @@ from aegisbench.errors import BadInput
 from aegisbench.evaluation.results import Evaluation, png_bytes, provenance, results_table
 from aegisbench.evaluation.tracks import Track, get_track, register_track
 from aegisbench.firespread.ensemble import burnt_masks, dice
-from aegisbench.firespread.scoring import MapSet, ScoreConfig, score_mapset, score_pooled
-from aegisbench.firespread.submission import FORECASTS, Key, expected_keys, read_forecasts
-from aegisbench.firespread.truth import EnsembleTruth, TaskSpec, read_test_truth
+from aegisbench.evaluation.firespread_scoring import MapSet, ScoreConfig, score_mapset, score_pooled
+from aegisbench.forecasters.submission import FORECASTS, Key, expected_keys, read_forecasts
+from aegisbench.dataset.firespread_truth import EnsembleTruth, TaskSpec, read_test_truth
 from aegisbench.metrics.forecast import SEED003_ECE_BINS
 from aegisbench.vocab import FIRESPREAD, STRATA_FILE
 

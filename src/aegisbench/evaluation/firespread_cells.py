@@ -1,12 +1,12 @@
 """Per-unit sufficient statistics of the pixels of one fire-spread scoring cell
-(:mod:`aegisbench.firespread.scoring`): TP/FP/FN counts, the calibration-bin states of
+(:mod:`aegisbench.evaluation.firespread_scoring`): TP/FP/FN counts, the calibration-bin states of
 ``metrics._calibration_update``, a table of positives / negatives per distinct score
 and, when per-map scores are given, the sum and count of seed 003's per-map ECE
 (``metrics.ece_per_map``) per bootstrap unit. A cell's point value and any bootstrap resample (units re-weighted,
 which equals re-scoring the resampled pixels exactly) are computed from them, and cells
 pool by adding them up (:func:`pool_cells`).
 
->>> from aegisbench.firespread.scoring import ScoreConfig
+>>> from aegisbench.evaluation.firespread_scoring import ScoreConfig
 >>> p = np.array([0.9, 0.6, 0.2, 0.1]); y = np.array([True, False, True, False])
 >>> cell = CellStats(p, y, np.array([0, 0, 1, 1]), None, 2, ScoreConfig())
 >>> pt = cell.point()
@@ -28,7 +28,7 @@ from aegisbench.stats import count_ratios as count_statistics
 from aegisbench.stats import ratio
 
 if TYPE_CHECKING:
-    from aegisbench.firespread.scoring import ScoreConfig
+    from aegisbench.evaluation.firespread_scoring import ScoreConfig
 
 DENSE_POOL_LIMIT = 1 << 24  # units x distinct scores up to which pooled score tables are dense arrays
 
