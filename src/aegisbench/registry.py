@@ -23,6 +23,12 @@ ValueError: shape 'unit_square' is already registered
 Traceback (most recent call last):
 ...
 KeyError: "unknown shape 'unit_circle'; known: unit_square"
+>>> with shapes.scoped():
+...     _ = shapes.add("unit_cube", lambda: 3.0)
+...     shapes.names()
+('unit_square', 'unit_cube')
+>>> shapes.names()
+('unit_square',)
 >>> shapes.freeze(); shapes.add("unit_cube", lambda: 3.0)
 Traceback (most recent call last):
 ...
@@ -34,7 +40,9 @@ from __future__ import annotations
 import importlib
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
@@ -48,7 +56,9 @@ class Registry(Generic[T]):
 
     ``plugins``: module names imported by :meth:`load` (each registers its units on import);
     ``entry_points``: an ``importlib.metadata`` entry-point group whose modules are imported
-    too. Every read (:meth:`get`, :meth:`names`, iteration, ``in``) loads first.
+    too. Every read (:meth:`get`, :meth:`names`, iteration, ``in``) loads first; loading is
+    thread-safe (a second thread waits until every plug-in has registered), and a read made
+    by a plug-in while it is being imported sees the units registered so far.
     """
 
     def __init__(self, kind: str, *, plugins: Sequence[str] = (), entry_points: str | None = None) -> None:
@@ -63,6 +73,7 @@ class Registry(Generic[T]):
         self._frozen = False
         self._loaded = False
         self._loading = False
+        self._lock = threading.RLock()
 
     # -------------------------------------------------------------- registering
     def add(self, name: str, unit: T) -> T:
@@ -76,12 +87,32 @@ class Registry(Generic[T]):
         self._units[name] = unit
         return unit
 
+    def registered(self, name: str) -> bool:
+        """Whether ``name`` is registered now, without loading the plug-ins (for registering code)."""
+        return name in self._units
+
     def register(self, name: str | None = None) -> Callable[[T], T]:
         """Decorator: ``@registry.register("name")`` (default: the object's ``__name__``)."""
         def deco(unit: T) -> T:
             self.add(name if name is not None else getattr(unit, "__name__", ""), unit)
             return unit
         return deco
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` if registered (for tests that add throw-away units); refused when frozen."""
+        if self._frozen:
+            raise RuntimeError(f"the {self.kind} registry is frozen: {name!r} cannot be removed")
+        self._units.pop(name, None)
+
+    @contextmanager
+    def scoped(self) -> Iterator["Registry[T]"]:
+        """Every unit added inside the block is removed again at its end (tests, experiments)."""
+        self.load()
+        saved = dict(self._units)
+        try:
+            yield self
+        finally:
+            self._units = saved
 
     def freeze(self) -> None:
         """Load the plug-ins, then refuse every later :meth:`add`."""
@@ -95,21 +126,24 @@ class Registry(Generic[T]):
     # -------------------------------------------------------------- plug-ins
     def load(self) -> None:
         """Import the declared plug-in modules and the entry-point group's, once."""
-        if self._loaded or self._loading:
+        if self._loaded:
             return
-        self._loading = True
-        try:
-            for module in self.plugins:
-                importlib.import_module(module)
-            if self.entry_points:
-                from importlib.metadata import entry_points
+        with self._lock:  # re-entrant: a plug-in reading the registry while it is imported
+            if self._loaded or self._loading:
+                return
+            self._loading = True
+            try:
+                for module in self.plugins:
+                    importlib.import_module(module)
+                if self.entry_points:
+                    from importlib.metadata import entry_points
 
-                for ep in entry_points(group=self.entry_points):
-                    log.debug("%s plug-in %s from entry point %s", self.kind, ep.value, ep.name)
-                    ep.load()
-            self._loaded = True
-        finally:
-            self._loading = False
+                    for ep in entry_points(group=self.entry_points):
+                        log.debug("%s plug-in %s from entry point %s", self.kind, ep.value, ep.name)
+                        ep.load()
+                self._loaded = True
+            finally:
+                self._loading = False
 
     # -------------------------------------------------------------- reading
     def get(self, name: str) -> T:

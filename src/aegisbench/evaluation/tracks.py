@@ -1,7 +1,8 @@
 """Tracks as plug-ins: what a track's submissions contain, how they are read and scored.
 
 A :class:`Track` is registered once under its name (``sar``, ``smoke``,
-``firespread``); the registry rejects a second track of the same name. ``validate``
+``firespread``) by its plug-in module, declared in :data:`TRACKS_REGISTRY` by module name;
+the registry rejects a second track of the same name. ``validate``
 and ``evaluate`` (one command each) look the track up from ``submission.yaml`` and
 call its ``read`` and ``score``; everything else (the metadata checks, provenance,
 the results schema and writer) is shared and lives in
@@ -15,11 +16,12 @@ the results schema and writer) is shared and lives in
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from aegisbench.registry import Registry
 from aegisbench.vocab import TRACKS
+
 
 @dataclass(frozen=True)
 class Track:
@@ -50,44 +52,24 @@ class Track:
                 raise TypeError(f"Track.{name} must be callable")
 
 
-_REGISTRY: dict[str, Track] = {}
-_loaded = False
-_loading = threading.Lock()
+#: The tracks, from their plug-in modules (declared by name: a string is not an import, so
+#: the track modules import this one and not the other way round).
+TRACKS_REGISTRY: Registry[Track] = Registry(
+    "track", plugins=("aegisbench.evaluation.detection", "aegisbench.evaluation.firespread_track"))
 
 
 def register_track(track: Track) -> Track:
     """Add a track; a second track of the same name is refused."""
     if not isinstance(track, Track):
         raise TypeError(f"expected a Track, got {type(track).__name__}")
-    if track.name in _REGISTRY:
-        raise ValueError(f"track {track.name!r} is already registered")
-    _REGISTRY[track.name] = track
-    return track
-
-
-def _load() -> None:
-    """Import the modules that register the tracks (plain imports, so the import graph
-    and the DVC dependencies derived from it see them). Thread-safe: a second caller waits
-    until every track is registered (the submission server validates uploads on threads)."""
-    global _loaded
-    if _loaded:
-        return
-    with _loading:
-        if not _loaded:
-            from aegisbench.evaluation import detection  # noqa: F401  (registers sar, smoke)
-            from aegisbench.evaluation import firespread_track as track  # noqa: F401  (registers firespread)
-            _loaded = True
+    return TRACKS_REGISTRY.add(track.name, track)
 
 
 def tracks() -> list[Track]:
     """Every registered track, in vocabulary order."""
-    _load()
-    return [_REGISTRY[n] for n in TRACKS if n in _REGISTRY]
+    return [TRACKS_REGISTRY.get(n) for n in TRACKS if n in TRACKS_REGISTRY]
 
 
 def get_track(name: str) -> Track:
     """The track called ``name``; ``KeyError`` naming the known ones otherwise."""
-    _load()
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown track {name!r} (expected one of {sorted(_REGISTRY)})")
-    return _REGISTRY[name]
+    return TRACKS_REGISTRY.get(name)

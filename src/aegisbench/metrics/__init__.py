@@ -12,7 +12,8 @@
   (image level, time to detect), :mod:`~aegisbench.metrics.warp` and
   :mod:`~aegisbench.metrics.forecast` (Brier, calibration, AP).
 
-Importing the package registers every metric. An undefined value (a 0/0 ratio) is a
+The registry imports the modules that register metrics (its plug-ins, declared by name
+in :data:`~aegisbench.metrics.registry.REGISTRY`) on first read. An undefined value (a 0/0 ratio) is a
 null row noted :data:`ZERO_DIVISION` (``"0/0"``), never 0.
 
 >>> recall([[3, 1, 1], [0, 0, 2]]), precision([[3, 1, 1]]), round(f1([[3, 1, 1]]), 4)
@@ -37,7 +38,6 @@ from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibr
                                          brier_score, calibration_curve, ece_per_map,
                                          expected_calibration_error, weighted_pr_areas)
 from aegisbench.metrics.condition import ZERO_DIVISION, Cell, ConditionBootstrap, ConditionContext, condition_cells
-from aegisbench.metrics import per_condition as _per_condition  # noqa: F401  (registers the metrics)
 from aegisbench.metrics.declared import SD_MAPS
 from aegisbench.metrics.per_condition import (EFFECTIVENESS_BY_SIZE, RECALL_BY_SIZE, RELATIVE_DROP,
                                               effectiveness_of, sequence_delays_of)

@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from aegisbench.metrics import detection as D
-from aegisbench.metrics import smoke as S
+import aegisbench.metrics.detection as D
+import aegisbench.metrics.smoke as S
 from aegisbench.metrics.condition import Cell, ConditionContext
 from aegisbench.metrics.registry import HIGHER, LOWER, REGISTRY, UNORDERED, MetricSpec, family, metric, metric_group
 from aegisbench.vocab import FIRESPREAD, SMOKE, TRACKS

@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from aegisbench.registry import Registry
 from aegisbench.vocab import DETECTION_TRACKS, TRACKS
 
 HIGHER, LOWER, UNORDERED = "higher", "lower", "none"
@@ -170,11 +171,13 @@ def family(name: str, template: str, members: Mapping[str, str], *, label: str, 
 
 
 class MetricRegistry:
-    """Specs by name (registration order) and the per-condition producers."""
+    """Specs by name (registration order) and the per-condition producers: two
+    :class:`~aegisbench.registry.Registry` instances (``specs``, ``producer_registry``);
+    ``plugins`` are the modules that register the metrics, imported on first read."""
 
-    def __init__(self) -> None:
-        self._specs: dict[str, MetricSpec] = {}
-        self._producers: dict[str, Producer] = {}
+    def __init__(self, plugins: Sequence[str] = ()) -> None:
+        self.specs: Registry[MetricSpec] = Registry("metric", plugins=plugins)
+        self.producer_registry: Registry[Producer] = Registry("per-condition function")
 
     def register(self, *specs: MetricSpec, producer: Producer | None = None) -> tuple[MetricSpec, ...]:
         """Add ``specs`` (all or none): a name registered before, or twice here, is refused."""
@@ -182,50 +185,57 @@ class MetricRegistry:
         for s in specs:
             if not isinstance(s, MetricSpec):
                 raise TypeError(f"expected MetricSpec, got {type(s).__name__}")
-            if s.name in self._specs or names.count(s.name) > 1:
+            if self.specs.registered(s.name) or names.count(s.name) > 1:
                 raise ValueError(f"metric {s.name!r} is already registered")
         if producer is not None:
-            if producer.name in self._producers:
+            if self.producer_registry.registered(producer.name):
                 raise ValueError(f"per-condition function {producer.name!r} is already registered")
             if set(producer.names) != set(names):
                 raise ValueError(f"producer {producer.name!r} must name exactly the specs it registers")
-            self._producers[producer.name] = producer
-        self._specs.update((s.name, s) for s in specs)
+            self.producer_registry.add(producer.name, producer)
+        for s in specs:
+            self.specs.add(s.name, s)
         return tuple(specs)
 
+    def freeze(self) -> None:
+        """Load the plug-ins, then refuse every later registration."""
+        self.specs.freeze()
+        self.producer_registry.freeze()
+
     def __contains__(self, name: object) -> bool:
-        return name in self._specs
+        return name in self.specs
 
     def __getitem__(self, name: str) -> MetricSpec:
-        try:
-            return self._specs[name]
-        except KeyError:
-            raise KeyError(f"metric {name!r} is not registered") from None
+        if name not in self.specs:
+            raise KeyError(f"metric {name!r} is not registered")
+        return self.specs.get(name)
 
     def __iter__(self) -> Iterator[MetricSpec]:
-        return iter(list(self._specs.values()))
+        return iter([s for _, s in self.specs.items()])
 
     def __len__(self) -> int:
-        return len(self._specs)
+        return len(self.specs)
 
     def get(self, name: str) -> MetricSpec | None:
-        return self._specs.get(name)
+        return self.specs.get(name) if name in self.specs else None
 
     def names(self, track: str | None = None) -> list[str]:
         """Registered names (of ``track``), in registration order."""
-        return [s.name for s in self._specs.values() if track is None or track in s.tracks]
+        return [s.name for s in self if track is None or track in s.tracks]
 
     def producer_of(self, name: str) -> Producer | None:
         """The per-condition function that computes ``name`` (None: its track's scorer does)."""
-        return next((p for p in self._producers.values() if name in p.names), None)
+        self.specs.load()
+        return next((p for _, p in self.producer_registry.items() if name in p.names), None)
 
     def producers(self, track: str) -> list[Producer]:
         """The per-condition functions of ``track``, in registration order."""
-        return [p for p in self._producers.values() if track in p.tracks]
+        self.specs.load()
+        return [p for _, p in self.producer_registry.items() if track in p.tracks]
 
     def unregistered(self, names: Iterable[str]) -> list[str]:
         """The given names that are not registered (sorted, each once)."""
-        return sorted({n for n in names if n not in self._specs})
+        return sorted({n for n in names if n not in self.specs})
 
     def require(self, names: Iterable[str], where: str = "") -> None:
         """``ValueError`` naming every unregistered name in ``names``."""
@@ -247,14 +257,13 @@ class MetricRegistry:
         >>> "scratch_metric" in REGISTRY
         False
         """
-        specs, producers = dict(self._specs), dict(self._producers)
-        try:
+        with self.specs.scoped(), self.producer_registry.scoped():
             yield self
-        finally:
-            self._specs, self._producers = specs, producers
 
 
-REGISTRY = MetricRegistry()
+#: Every metric: the per-condition functions and the names scorers compute in bulk, from
+#: their plug-in modules (declared by name, imported on first read).
+REGISTRY = MetricRegistry(plugins=("aegisbench.metrics.per_condition", "aegisbench.metrics.declared"))
 
 
 def _check_fn(fn: Callable) -> None:
