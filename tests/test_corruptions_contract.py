@@ -61,8 +61,7 @@ def image(sample) -> np.ndarray:
 
 
 def test_every_registered_corruption_has_test_settings():
-    assert set(SETTINGS) == set(C.names())
-    assert len(C.names()) == 9
+    assert set(SETTINGS) == set(C.names()), "every registered corruption needs its SETTINGS entry, and only those"
 
 
 def test_registry_families_and_declarations():
@@ -149,7 +148,7 @@ def test_scale_rule_motion_blur_kernel():
 
 def test_list_and_names_round_trip():
     conds = C.list_conditions()
-    assert len(conds) == 27 == len(set(conds))
+    assert len(conds) == len(C.names()) * len(C.SEVERITIES) == len(set(conds))
     assert {c.rsplit("_s", 1)[0] for c in conds} == set(C.names())
     for c in conds:
         assert C.parse_condition(c) == ((c.rsplit("_s", 1)[0], int(c[-1])),)

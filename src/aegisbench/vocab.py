@@ -82,7 +82,7 @@ CLOUD_PATCH = "cloud_patch"
 #: The submission files of the two WARP tests (smoke track; ``aegisbench warp-detect`` adds them).
 WARP_PATCH_FILE, WARP_NOISE_FILE = "warp_patch.parquet", "warp_noise.parquet"
 
-#: ``kind`` of a corruption-registry entry: one of the nine disaster corruptions, or a
+#: ``kind`` of a corruption-registry entry: one of the disaster corruptions, or a
 #: WARP perturbation (same ``fn(image, rng, **params)`` contract, no severity ladder).
 WARP = "warp"
 PERTURBATION_KINDS = (CORRUPTION, WARP)

@@ -1,7 +1,7 @@
 """Which configs a build materializes, and the pixel transform of each.
 
 ``clean`` always; then ``build.conditions`` from ``params.yaml`` (names such as
-``low_light_s3``, or ``all`` for the 27 single conditions) and compound conditions
+``low_light_s3``, or ``all`` for every single condition) and compound conditions
 (``low_light_s2+inundation_s2`` -> config ``low_light_s2__inundation_s2``). WARP (seed
 000) is not built: ``aegisbench warp-detect`` runs its noise sweep and patch test on the
 clean frames. Each config carries ``meta`` written to the manifest, so nothing downstream

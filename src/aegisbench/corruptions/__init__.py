@@ -1,8 +1,7 @@
-"""AegisBench corruption engine: nine physically motivated corruptions x 3 severities.
+"""AegisBench corruption engine: physically motivated corruptions x 3 severities.
 
-Families: flood (``water_glare``, ``turbidity_cast``, ``inundation``), wildfire
-(``smoke_haze``, ``fire_warm_tint``), storm (``rain_streaks``, ``motion_blur``,
-``low_light``), earthquake (``dust_haze``); plus the WARP perturbations
+The corruptions and their disaster families: :func:`corruption_families` (the registry, in
+table order; each family module registers its own); plus the WARP perturbations
 (``warp_noise``, ``cloud_patch``: registry entries of kind ``warp``, outside the
 families). Every entry is a pure function ``fn(image, rng, *, px_per_kpx=None,
 **params)``; conditions are applied with deterministic seeding by :func:`apply_condition`.
@@ -19,8 +18,6 @@ True
 
 from __future__ import annotations
 
-# Importing the family modules registers the corruptions (order = table order).
-from aegisbench.corruptions import flood, wildfire, storm, earthquake  # noqa: F401
 from aegisbench.corruptions.calibrate import (
     CalibrationReport, LadderReport, calibrate, load_table, save_table, select_sample,
 )

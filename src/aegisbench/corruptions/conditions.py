@@ -20,8 +20,8 @@ falls back to frame geometry.
 'low_light_s2__inundation_s2'
 >>> from_config_name("low_light_s2__inundation_s2")
 'low_light_s2+inundation_s2'
->>> len(list_conditions())
-27
+>>> len(list_conditions()) == len(SEVERITIES) * len(names())
+True
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def condition_name(corruption: str, severity: int) -> str:
 
 
 def list_conditions() -> list[str]:
-    """The 27 single conditions ``<corruption>_s<k>``, corruption-major."""
+    """Every single condition ``<corruption>_s<k>`` (each registered corruption at each severity), corruption-major."""
     return [corruption_config(n, s) for n in names() for s in SEVERITIES]
 
 

@@ -3,8 +3,8 @@
 One corruption = one pure function ``fn(image, rng, *, px_per_kpx=None, **params)``
 plus a frozen parameter dataclass, a declared statistic with three target values,
 the ONE physical parameter that calibration may retune, and the default table of
-parameters for severities 1..3. The :func:`corruption` decorator registers it and
-rejects duplicate names.
+parameters for severities 1..3. The :func:`corruption` decorator registers it in the one
+:class:`~aegisbench.registry.Registry` (plug-ins: the family modules), which refuses a taken name.
 
 Pixel-unit parameters are given per 1000 px ("kpx") and multiplied at run time by
 ``px_per_kpx`` (by default the longer image side / 1000; see
@@ -22,25 +22,23 @@ physical range (``BOUNDS`` of its dataclass); a fit stays inside it and reports 
 bound that stops it. ``rain_streaks`` targets (streak coverage 0.04 / 0.09 / 0.17) are
 ours: the reference ladder was not monotone.
 
-Every entry has a ``kind`` (:data:`aegisbench.vocab.PERTURBATION_KINDS`): the nine
+Every entry has a ``kind`` (:data:`aegisbench.vocab.PERTURBATION_KINDS`): the
 disaster corruptions are ``"corruption"``; the WARP perturbations (global noise, cloud
 patch; :mod:`aegisbench.corruptions.warp`) are ``"warp"`` entries registered with
 :func:`perturbation`: the same ``fn(image, rng, **params)`` contract and a validated
 parameter dataclass, but no family ladder. :func:`names` and :func:`get_spec` see the
-corruptions unless asked for another kind, so nothing that iterates over the nine meets
+corruptions unless asked for another kind, so nothing that iterates over the corruptions meets
 a WARP entry.
 
 Every entry declares ``modalities`` (:data:`aegisbench.vocab.MODALITIES`), the sensors its
 physics holds for, and a ``modality_note`` saying why (the card prints it); a build gives a
 source no split of a config whose corruption (any part of a compound) does not hold for it.
 
->>> import numpy as np
->>> import aegisbench.corruptions  # registers the nine corruptions and the WARP perturbations
->>> spec = get_spec("motion_blur")
+>>> spec = get_spec("motion_blur")  # the first read imports the plug-in modules
 >>> (spec.kind, spec.family, spec.fit_param, len(spec.severities), spec.modalities)
 ('corruption', 'storm', 'length', 3, ('rgb', 'thermal'))
->>> len(names()), names(kind="warp"), get_spec("warp_noise", kind="warp").family
-(9, ['warp_noise', 'cloud_patch'], 'warp')
+>>> names()[0], names(kind="warp"), get_spec("warp_noise", kind="warp").family
+('water_glare', ['warp_noise', 'cloud_patch'], 'warp')
 """
 
 from __future__ import annotations
@@ -57,6 +55,7 @@ import numpy as np
 from aegisbench.corruptions.optics import check_image
 from aegisbench.corruptions.statistics import STATISTICS
 from aegisbench.errors import BadInput
+from aegisbench.registry import Registry
 from aegisbench.fields import FieldError, is_finite_number, is_int
 from aegisbench.vocab import (CORRUPTION, FAMILIES, MODALITIES, PERTURBATION_KINDS, SEVERITIES, family_rank,
                               parse_severity_key, severity_key)
@@ -104,7 +103,10 @@ class CorruptionSpec(PerturbationSpec):
         return self.severities[severity]
 
 
-_REGISTRY: dict[str, PerturbationSpec] = {}
+#: Every perturbation, registered by its module (declared here by name, imported on first read).
+_REGISTRY: Registry[PerturbationSpec] = Registry("corruption", plugins=(
+    "aegisbench.corruptions.flood", "aegisbench.corruptions.wildfire", "aegisbench.corruptions.storm",
+    "aegisbench.corruptions.earthquake", "aegisbench.corruptions.warp"))
 
 
 def _validate_spec(name: str, family: str, params_type: type, severities: Mapping[int, Any],
@@ -150,8 +152,6 @@ def _wrap(name: str, impl: Callable, params: type) -> Callable:
     ``impl(image, rng, params, px_per_kpx) -> uint8 image``."""
     if impl.__name__ != name:
         raise ValueError(f"function name {impl.__name__!r} must equal registry key {name!r}")
-    if name in _REGISTRY:
-        raise ValueError(f"corruption {name!r} is already registered")
 
     @functools.wraps(impl)
     def fn(image: np.ndarray, rng: np.random.Generator, *, px_per_kpx: float | None = None,
@@ -195,12 +195,12 @@ def corruption(name: str, *, family: str, params: type, severities: Mapping[int,
 
     def decorate(impl: Callable) -> Callable:
         fn = _wrap(name, impl, params)
-        _REGISTRY[name] = CorruptionSpec(
+        _REGISTRY.add(name, CorruptionSpec(
             name=name, kind=CORRUPTION, family=family, fn=fn, params_type=params, statistic=statistic,
             targets=tuple(float(x) for x in targets), direction=int(direction),
             fit_param=fit_param, fit_bounds=(float(fit_bounds[0]), float(fit_bounds[1])),
             severities=MappingProxyType(dict(severities)), summary=_summary(impl),
-            spatial=tuple(spatial), modalities=modalities, modality_note=modality_note)
+            spatial=tuple(spatial), modalities=modalities, modality_note=modality_note))
         return fn
 
     return decorate
@@ -223,8 +223,9 @@ def perturbation(name: str, *, kind: str, family: str, params: type,
 
     def decorate(impl: Callable) -> Callable:
         fn = _wrap(name, impl, params)
-        _REGISTRY[name] = PerturbationSpec(name=name, kind=kind, family=family, fn=fn, params_type=params,
-                                           summary=_summary(impl), modalities=modalities, modality_note=modality_note)
+        _REGISTRY.add(name, PerturbationSpec(name=name, kind=kind, family=family, fn=fn, params_type=params,
+                                             summary=_summary(impl), modalities=modalities,
+                                             modality_note=modality_note))
         return fn
 
     return decorate
@@ -232,20 +233,20 @@ def perturbation(name: str, *, kind: str, family: str, params: type,
 
 def unregister(name: str) -> None:
     """Remove a corruption (for tests that register throw-away entries)."""
-    _REGISTRY.pop(name, None)
+    _REGISTRY.remove(name)
 
 
 def names(kind: str | None = CORRUPTION) -> list[str]:
     """Registered names of one kind (default: the corruptions; None: every entry), grouped
     by family in declaration order."""
-    order = {n: i for i, n in enumerate(_REGISTRY)}
-    chosen = [n for n, spec in _REGISTRY.items() if kind is None or spec.kind == kind]
-    return sorted(chosen, key=lambda n: (family_rank(_REGISTRY[n].family), order[n]))
+    units = _REGISTRY.items()
+    order = {n: (family_rank(spec.family), i) for i, (n, spec) in enumerate(units)}
+    return sorted((n for n, spec in units if kind is None or spec.kind == kind), key=order.__getitem__)
 
 
 def get_spec(name: str, kind: str | None = CORRUPTION) -> PerturbationSpec:
     """The entry ``name`` of ``kind`` (default: a corruption, with its ladder; None: any)."""
-    spec = _REGISTRY.get(name)
+    spec = _REGISTRY.get(name) if name in _REGISTRY else None
     if spec is None or (kind is not None and spec.kind != kind):
         what = "corruption" if kind == CORRUPTION else f"{kind or 'registered'} perturbation"
         raise BadInput(f"unknown {what} {name!r} (known: {', '.join(names(kind))})",
@@ -257,11 +258,10 @@ def corruption_families() -> dict[str, str]:
     """``{corruption: disaster family}`` of the registered corruptions, in table order (the
     one source of which corruption belongs to which family).
 
-    >>> import aegisbench.corruptions
-    >>> corruption_families()["low_light"], len(corruption_families())
-    ('storm', 9)
+    >>> corruption_families()["low_light"], list(corruption_families()) == names()
+    ('storm', True)
     """
-    return {n: _REGISTRY[n].family for n in names()}
+    return {n: _REGISTRY.get(n).family for n in names()}
 
 
 def check_severity(severity: object) -> int:
@@ -277,7 +277,6 @@ def check_severity(severity: object) -> int:
 class SeverityTable:
     """Parameters of every (corruption, severity); defaults come from the registry.
 
-    >>> import aegisbench.corruptions
     >>> t = SeverityTable()
     >>> t.params("low_light", 3).stops
     4.47
@@ -333,7 +332,7 @@ class SeverityTable:
         for n, entry in data.items():
             if n not in names():
                 raise BadInput(f"unknown corruption {n!r}", where=where)
-            spec = _REGISTRY[n]
+            spec = _REGISTRY.get(n)
             sev = entry.get("severities") if isinstance(entry, Mapping) else None
             if not isinstance(sev, Mapping):
                 raise BadInput("missing 'severities' mapping", where=f"{where}: {n}")
