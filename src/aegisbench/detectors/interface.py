@@ -14,8 +14,8 @@ WARP global noise (seed 000) can be added to the tensor the model actually sees:
 >>> opts = DetectorOptions(device="cpu", batch=4)
 >>> opts.tiling.tile, opts.conf
 (1024, 0.001)
->>> sorted(DETECTORS)
-['fasterrcnn', 'rtdetr', 'yolo']
+>>> DETECTORS.names()  # the adapter modules register them (imported on first read, torch on use)
+('yolo', 'rtdetr', 'fasterrcnn')
 """
 
 from __future__ import annotations
@@ -37,15 +37,15 @@ from aegisbench.fields import FieldError, check_bool, check_float, check_int
 from aegisbench.hashing import rng_for
 from aegisbench.kernels import describe as describe_kernels, portable
 from aegisbench.predictions import Detections
+from aegisbench.registry import Registry
 from aegisbench.vocab import WARP_NOISE
 
 log = logging.getLogger(__name__)
 
-DETECTORS = {
-    "yolo": "aegisbench.detectors.ultralytics_adapter:UltralyticsDetector",
-    "rtdetr": "aegisbench.detectors.ultralytics_adapter:UltralyticsDetector",
-    "fasterrcnn": "aegisbench.detectors.torchvision_adapter:FasterRCNNDetector",
-}
+#: Detector name -> adapter class ``cls(name, weights, options)``; each adapter module registers
+#: its names (declared here by module name; an adapter imports torch only when it loads a model).
+DETECTORS: Registry[type] = Registry(
+    "detector", plugins=("aegisbench.detectors.ultralytics_adapter", "aegisbench.detectors.torchvision_adapter"))
 _DEVICE = re.compile(r"^(cpu|auto|cuda|cuda:\d+)$")
 WARP_INPUT = "model_input"  # how `detect` applies WARP noise configs with wrapped detectors
 
@@ -292,15 +292,12 @@ def check_weights(path: str | Path) -> Path:
 
 
 def load_detector(kind: str, weights: str | Path, options: DetectorOptions | None = None) -> Detector:
-    """Build the adapter registered as ``kind`` (``yolo``, ``rtdetr``, ``fasterrcnn``)."""
-    import importlib
-
+    """Build the adapter registered as ``kind`` (one of :data:`DETECTORS`)."""
     if kind not in DETECTORS:
         raise BadInput(f"unknown detector {kind!r}; expected one of {sorted(DETECTORS)}", where="--detector")
     options = options or DetectorOptions()
     options = _with_device(options, resolve_device(options.device))
-    module, cls = DETECTORS[kind].split(":")
-    return getattr(importlib.import_module(module), cls)(kind, weights, options)
+    return DETECTORS.get(kind)(kind, weights, options)
 
 
 def _with_device(options: DetectorOptions, device: str) -> DetectorOptions:

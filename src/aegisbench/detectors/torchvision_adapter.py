@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aegisbench.detectors.interface import Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
+from aegisbench.detectors.interface import DETECTORS, Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
 from aegisbench.errors import BadInput
 from aegisbench.predictions import Detections
 
@@ -172,3 +172,6 @@ class FasterRCNNDetector(Detector):
             order = nms(out["boxes"].float(), out["scores"].float(), self.model.roi_heads.nms_thresh)
         order = order[:self.options.max_det]
         return {k: v[order] for k, v in out.items()}
+
+
+DETECTORS.add("fasterrcnn", FasterRCNNDetector)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from aegisbench.detectors.interface import Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
+from aegisbench.detectors.interface import DETECTORS, Detector, DetectorOptions, InputNoise, add_input_noise, check_weights
 from aegisbench.errors import BadInput
 from aegisbench.predictions import Detections
 
@@ -303,3 +303,7 @@ def _safe_precheck(path: str) -> None:
     except (TypeError, ModuleNotFoundError, RuntimeError, EOFError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise BadInput(f"not a loadable Ultralytics checkpoint: {first}", where=path) from None
+
+
+DETECTORS.add("yolo", UltralyticsDetector)
+DETECTORS.add("rtdetr", UltralyticsDetector)
