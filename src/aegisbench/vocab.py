@@ -229,9 +229,8 @@ WARP_GRID = 25
 
 # ------------------------------------------------------------------------- sources
 
-#: Annotated-folder formats a source can be read from (one reader each in
-#: :data:`aegisbench.builders.adapters.READERS`, which must cover exactly these).
-SOURCE_FORMATS = ("voc", "yolo", "coco", "visdrone")
+#: (A source's ``kind``, a synthetic generator or a folder format, is a registered unit:
+#: :mod:`aegisbench.builders.source_kinds`.)
 
 # Sensor modalities a source declares (``sources.<name>.modality``, ``build --modality``). Each
 # corruption declares the modalities its physics holds for; other combinations are not built.

@@ -45,7 +45,6 @@ import cv2
 import numpy as np
 
 from aegisbench.fields import check_int, did_you_mean
-from aegisbench.builders import adapters_coco as coco
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.adapters_diagnose import empty_source_message
 from aegisbench.builders.adapters_report import NEAR_DUPLICATE_POLICIES, LoadReport, NearDuplicate, SourceLoad
@@ -57,21 +56,10 @@ from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, as
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
 from aegisbench.readers import check_png_payload, read_image_bytes
-from aegisbench.vocab import SOURCE_FORMATS
+from aegisbench.builders.source_kinds import SOURCE_FORMATS
 
 log = logging.getLogger(__name__)
 
-#: Every source format: its reader ``(folder, class mapper, spec) -> ParseResult``. Adding a
-#: format is one reader here plus its name in ``vocab.SOURCE_FORMATS`` (params, CLI read that).
-READERS = {
-    "voc": lambda path, mapper, spec: fmt.read_voc(path, mapper, spec.coordinate_base),
-    "yolo": lambda path, mapper, spec: fmt.read_yolo(path, mapper),
-    "coco": lambda path, mapper, spec: coco.read_coco(path, mapper),
-    "visdrone": lambda path, mapper, spec: coco.read_visdrone(path, mapper),
-}
-FORMATS = SOURCE_FORMATS
-if tuple(READERS) != FORMATS:  # pragma: no cover - a programming error caught at import
-    raise RuntimeError(f"READERS {tuple(READERS)} must cover exactly vocab.SOURCE_FORMATS {FORMATS}")
 SPLIT_MODES = ("hash", "folders", "lists")
 BOX_TOLERANCE_PX = 0.5
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -117,7 +105,7 @@ class SourceSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
             raise ValueError(f"name must be snake_case, got {self.name!r}")
-        for key, choices in (("format", FORMATS), ("split_mode", SPLIT_MODES)):
+        for key, choices in (("format", SOURCE_FORMATS.names()), ("split_mode", SPLIT_MODES)):
             value = getattr(self, key)
             if value not in choices:
                 raise ValueError(f"{key} must be one of {choices}, got {value!r}{did_you_mean(value, choices)}")
@@ -183,7 +171,7 @@ class _Planned:
 def _parse(spec: SourceSpec) -> fmt.ParseResult:
     if not spec.path.is_dir():
         raise BadInput("source folder not found", where=str(spec.path))
-    return READERS[spec.format](spec.path, fmt.make_mapper(spec.class_map), spec)
+    return SOURCE_FORMATS.get(spec.format)(spec.path, fmt.make_mapper(spec.class_map), spec)
 
 
 def _splits(spec: SourceSpec, images: list[fmt.RawImage], groups: dict) -> dict[str, str]:

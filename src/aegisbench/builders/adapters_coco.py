@@ -17,6 +17,7 @@ from pathlib import Path
 from aegisbench.builders.adapters_formats import (IGNORE, ClassMapper, ParseResult, _mirror, _number,
                                                   _orphans, _raw, ignore_ref, list_images, locate,
                                                   make_mapper, split_of_name)
+from aegisbench.builders.source_kinds import SOURCE_FORMATS
 from aegisbench.errors import BadInput, printable
 from aegisbench.readers import MAX_ANNOTATION_BYTES, read_json, read_text
 
@@ -192,3 +193,7 @@ def _parse_visdrone(txt: Path, mapper: ClassMapper, res: ParseResult):
             boxes.append(box)
             refs.append(ref)
     return boxes, refs, ignore, ignore_refs
+
+
+SOURCE_FORMATS.add("coco", lambda path, mapper, spec: read_coco(path, mapper))
+SOURCE_FORMATS.add("visdrone", lambda path, mapper, spec: read_visdrone(path, mapper))

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from aegisbench.builders.source_kinds import SOURCE_FORMATS
 from aegisbench.errors import BadInput, printable
 from aegisbench.readers import MAX_TEXT_BYTES, read_regular_bytes, read_text, read_yaml
 
@@ -390,3 +391,7 @@ def _parse_yolo(txt: Path, names, mapper: ClassMapper, dropped: Counter):
             boxes.append(box)
             refs.append(ref)
     return boxes, refs, ignore, ignore_refs
+
+
+SOURCE_FORMATS.add("voc", lambda path, mapper, spec: read_voc(path, mapper, spec.coordinate_base))
+SOURCE_FORMATS.add("yolo", lambda path, mapper, spec: read_yolo(path, mapper))

@@ -13,7 +13,8 @@ import logging
 from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice, choices_metavar, deprecated_alias
 from aegisbench.params import SourceParams
-from aegisbench.vocab import DETECTION_TRACKS, MODALITIES, SOURCE_FORMATS, TRACK_LABELS, TRACKS
+from aegisbench.builders.source_kinds import SOURCE_FORMATS
+from aegisbench.vocab import DETECTION_TRACKS, MODALITIES, TRACK_LABELS, TRACKS
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +25,8 @@ def source_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("a local dataset folder (--source-dir; options as in params.yaml "
                              "sources.<name>.options)")
     g.add_argument("--source-dir", help="build from this local dataset folder instead of the params sources")
-    g.add_argument("--source-format", dest="format", metavar=choices_metavar(SOURCE_FORMATS),
-                   help=f"format of --source-dir: {', '.join(SOURCE_FORMATS)}")
+    g.add_argument("--source-format", dest="format", metavar=choices_metavar(SOURCE_FORMATS.names()),
+                   help=f"format of --source-dir: {', '.join(SOURCE_FORMATS.names())}")
     g.add_argument("--source", dest="name", metavar="NAME", help="the source's name, snake_case (e.g. heridal)")
     g.add_argument("--track", default="sar", metavar=choices_metavar(DETECTION_TRACKS),
                    help="detection track of the source: sar or smoke")
@@ -132,7 +133,7 @@ def source_entry(args) -> dict:
     from aegisbench.builders.adapters import SourceSpec
     if not (args.format and args.name):
         raise BadInput("--source-dir needs --source-format and --source (its name)", where="command line")
-    check_choice(args.format, "format", SOURCE_FORMATS, error=BadInput, where="--source-format")
+    check_choice(args.format, "format", SOURCE_FORMATS.names(), error=BadInput, where="--source-format")
     given = _attribution(args)
     try:
         src = SourceParams(name=args.name, track=args.track, kind=args.format, modality=args.modality or "rgb",

@@ -2,8 +2,8 @@
 
 :func:`materialize_source` writes ``<paths.sources>/<name>.parquet`` (atomic) and a JSON
 report for one source of ``params.yaml``: the embedded synthetic generators
-(``synthetic_sar``, ``synthetic_smoke``) or a local folder in a known format (VOC, YOLO,
-COCO, VisDrone, through :mod:`aegisbench.builders.adapters`). The build
+or a local folder in a known format (through :mod:`aegisbench.builders.adapters`): the kinds
+registered in :mod:`aegisbench.builders.source_kinds`. The build
 (:mod:`aegisbench.builders.build`) only reads these tables, so the generators and format
 adapters are not part of the code that decides the built bytes from them.
 
@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from aegisbench.atomic import atomic_write_text, atomic_write_with
+from aegisbench.builders.source_kinds import SYNTHETIC_KINDS, SyntheticKind, check_source_kind
 from aegisbench.builders.source_table import (SourceRecord, require_eval_splits, split_counts,
                                               write_source_table)
 from aegisbench import isa
@@ -35,28 +36,27 @@ log = logging.getLogger(__name__)
 
 
 def source_records(src: SourceParams, version: str) -> tuple[Iterator[SourceRecord], Callable[[], dict]]:
-    """Records of one source, and a function giving its report once they are consumed."""
-    if src.kind == "synthetic_sar":
-        from aegisbench.builders.synthetic_sar import SyntheticSarConfig, generate_synthetic_sar
-        return generate_synthetic_sar(_config(SyntheticSarConfig, src), version), dict
-    if src.kind == "synthetic_smoke":
-        from aegisbench.builders.synthetic_smoke import SyntheticSmokeConfig, generate_synthetic_smoke
-        return generate_synthetic_smoke(_config(SyntheticSmokeConfig, src), version), dict
+    """Records of one source, and a function giving its report once they are consumed. The kind
+    is a registered synthetic generator or folder format (:mod:`~aegisbench.builders.source_kinds`)."""
+    check_source_kind(src.kind, where=f"params.yaml: sources.{src.name}.kind")
+    if src.kind in SYNTHETIC_KINDS:
+        kind = SYNTHETIC_KINDS.get(src.kind)
+        return kind.generate(_config(kind, src), version), dict
     from aegisbench.builders.adapters import SourceSpec, stream_source
     stream = stream_source(SourceSpec.from_options(src.name, src.kind, src.options))
     return stream, lambda: stream.report.to_dict()
 
 
-def _config(cls, src: SourceParams):
+def _config(kind: SyntheticKind, src: SourceParams):
     options = dict(src.options)
     if options.pop("private", False) is True:  # a private variant: its draws keyed by a secret of private/
         from aegisbench.private import private_seed
-        if cls.__name__ != "SyntheticSarConfig":
-            raise BadInput("private: true is supported by the synthetic_sar kind",
-                           where=f"params.yaml: sources.{src.name}")
+        if not kind.private:
+            able = " / ".join(n for n, k in SYNTHETIC_KINDS.items() if k.private)
+            raise BadInput(f"private: true is supported by the {able} kind", where=f"params.yaml: sources.{src.name}")
         options.update(source=src.name, secret=private_seed(src.name, create=True))
     try:
-        return cls(**options)
+        return kind.config(**options)
     except TypeError as exc:
         raise BadInput(str(exc), where=f"params.yaml: sources.{src.name}.options") from None
 

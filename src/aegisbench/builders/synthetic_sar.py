@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import cv2
 import numpy as np
 
+from aegisbench.builders.source_kinds import SYNTHETIC_KINDS, SyntheticKind
 from aegisbench.builders.source_table import SPLITS, SourceRecord
 from aegisbench.errors import BadInput
 from aegisbench.hashing import rng_for
@@ -274,3 +275,6 @@ def _place_people(rng, fl, img, water, trees, persp, unit, n, debug):
         if debug:
             alpha[region] = np.maximum(alpha[region], fig.cover)
     return np.asarray(boxes, np.float32).reshape(-1, 4), alpha
+
+
+SYNTHETIC_KINDS.add("synthetic_sar", SyntheticKind(SyntheticSarConfig, generate_synthetic_sar, private=True))

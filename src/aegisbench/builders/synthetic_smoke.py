@@ -26,6 +26,7 @@ import cv2
 import numpy as np
 
 from aegisbench.fields import check_float
+from aegisbench.builders.source_kinds import SYNTHETIC_KINDS, SyntheticKind
 from aegisbench.builders.source_table import SPLITS, SourceRecord
 from aegisbench.builders.synthetic_common import as_pair, check_fraction, check_int, every, value_noise
 from aegisbench.errors import BadInput
@@ -294,3 +295,6 @@ class _Scene:
         a = p["amax"] * (1 - np.exp(-p["dens"] * d))
         vis[top:bot, x0:x1] = a * (1 - p["occ"][top:bot, x0:x1])
         return vis
+
+
+SYNTHETIC_KINDS.add("synthetic_smoke", SyntheticKind(SyntheticSmokeConfig, generate_synthetic_smoke))

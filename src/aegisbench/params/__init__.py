@@ -21,15 +21,13 @@ from aegisbench.fields import check_choice, check_int, is_finite_number
 from aegisbench.hashing import json_sha256
 from aegisbench import paths as paths_
 from aegisbench.readers import read_yaml
-from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, SOURCE_FORMATS, TRACKS, WARP_GRID
+from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, TRACKS, WARP_GRID
 
 if TYPE_CHECKING:  # imported lazily at run time (the fire-spread package is optional work)
     from aegisbench.params.firespread import FirespreadParams
 
 _SEMVER = re.compile(r"^\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?$")
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
-SYNTHETIC_KINDS = ("synthetic_sar", "synthetic_smoke")
-FORMAT_KINDS = SOURCE_FORMATS
 DATASET_SECTIONS = ("benchmark_version", "sources", "build", "firespread")  # what decides built bytes
 
 
@@ -52,7 +50,8 @@ class SourceParams:
         if not _NAME.match(self.name):
             raise BadInput("source name must be snake_case (a-z, 0-9, _)", where=where)
         check_choice(self.track, "track", TRACKS, error=BadInput, where=f"{where}.track")
-        check_choice(self.kind, "kind", SYNTHETIC_KINDS + FORMAT_KINDS, error=BadInput, where=f"{where}.kind")
+        if not isinstance(self.kind, str) or not _NAME.match(self.kind):  # which kinds exist: builders.source_kinds
+            raise BadInput(f"kind must be a source kind's snake_case name, got {self.kind!r}", where=f"{where}.kind")
         check_choice(self.modality, "modality", MODALITIES, error=BadInput, where=f"{where}.modality")
         if not isinstance(self.options, dict):
             raise BadInput("options must be a mapping", where=where)
