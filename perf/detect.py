@@ -82,7 +82,7 @@ def build_repo(root: Path, images: int) -> Path:
 def export_pngs(repo: Path, folder: Path) -> list[tuple[str, str, str]]:
     """Write every frame of the track as ``config__split__image_id.png`` (the stored PNG
     bytes); returns the ``(config, split, image_id)`` keys."""
-    from aegisbench.builders.manifest import require_verified
+    from aegisbench.dataset.verify import require_verified
     from aegisbench.detectors.loader import shard_paths
     from aegisbench.detectors.runner import track_splits
 

@@ -68,7 +68,7 @@ class Stage:
 
 
 _DETECT = ("aegisbench.detectors.runner:run_detect", "aegisbench.detectors.interface:load_detector",
-           "aegisbench.detectors.tiling:TilingParams", "aegisbench.builders.manifest:require_verified",
+           "aegisbench.detectors.tiling:TilingParams", "aegisbench.dataset.verify:require_verified",
            "aegisbench.executor:Executor")
 #: dvc.yaml stage -> what its command runs.
 STAGES = {

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from aegisbench.builders.adapters import SourceSpec, load_source, stream_source
-from aegisbench.builders.source_table import decode_image, read_source_table, write_source_table
+from aegisbench.builders.source_table import read_source_table, write_source_table
+from aegisbench.dataset.images import decode_image
 from aegisbench.builders.splits import assign_split
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256, rng_for

@@ -8,7 +8,8 @@ import pytest
 
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput
 from aegisbench.params import Params

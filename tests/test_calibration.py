@@ -314,7 +314,7 @@ def test_cli_preview_grid(tmp_path, source_table, capsys):
 
     assert main(["preview", "--source-table", str(source_table), "--grid", "--image-id", "img_1",
                  "--out", str(tmp_path), "--cell", "48"]) == 0
-    from aegisbench.builders.source_table import decode_image
+    from aegisbench.dataset.images import decode_image
     grid = decode_image((tmp_path / "source_grid.png").read_bytes())
     assert grid.shape[:2] == (22 + len(C.names()) * 50, 130 + 4 * 50)
     assert (tmp_path / "source.png").is_file()  # the contact sheet

@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from aegisbench.attribution import bibtex_entries, hub_license, spdx_license
-from aegisbench.builders.firespread import FIRESPREAD_SOURCE
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.dataset.family_firespread import FIRESPREAD_SOURCE
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput
 from aegisbench.params import Params
@@ -153,7 +154,7 @@ def test_params_sources_are_checked_and_the_embedded_ones_are_filled():
 def test_licences_the_hub_does_not_list_are_other_with_a_name_and_link():
     assert hub_license(spdx_license("GPL-3.0")) == ("gpl-3.0", None)  # deprecated SPDX spelling, Hub id
     assert hub_license(spdx_license("0bsd")) == ("other", "0BSD")
-    from aegisbench.builders.card import _licenses
+    from aegisbench.dataset.card import _licenses
     assert _licenses([{"license": "0BSD"}]) == {"license": "other", "license_name": "0BSD",
                                                 "license_link": "https://spdx.org/licenses/0BSD.html"}
     assert _licenses([{"license": "MIT"}, {"license": "CC-BY-4.0"}])["license_name"] == "mixed: CC-BY-4.0, MIT"

@@ -10,7 +10,8 @@ import datasets
 import pytest
 import yaml
 
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.cli import main
 from test_adapters import heridal, sard, scene, put, text, voc_xml  # noqa: F401  (fixtures)
 

@@ -205,7 +205,7 @@ def _shard(path, ids, corrupt=()):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from aegisbench.builders.source_table import encode_png
+    from aegisbench.dataset.images import encode_png
     rows = []
     for k, i in enumerate(ids):
         img = np.full((4 + k, 6, 3), k, np.uint8)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput
 from aegisbench.pipeline import fast_params, prepare_project

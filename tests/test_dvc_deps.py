@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from aegisbench.builders.build import BUILD_ENTRY, build_code, builder_source_hash
+from aegisbench.dataset.builder_code import BUILD_ENTRY, build_code, builder_source_hash
 from aegisbench.importgraph import import_graph
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_the_build_closure_is_narrow():
     code = build_code()
     assert tuple(dvc_deps.SRC + rel for rel in code) == tuple(dvc_deps.stage_code_deps("build")) and BUILD_ENTRY == "aegisbench.builders.build"
     for rel in ("aegisbench/corruptions/storm.py", "aegisbench/firespread/model.py", "aegisbench/builders/hfrepo.py",
-                "aegisbench/builders/manifest.py", "aegisbench/builders/card.py"):
+                "aegisbench/dataset/manifest.py", "aegisbench/dataset/card.py"):
         assert rel in code
     for prefix in ("aegisbench/evaluation/", "aegisbench/leaderboard/", "aegisbench/detectors/",
                    "aegisbench/pipeline/", "aegisbench/builders/synthetic_", "aegisbench/builders/adapters",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 
 from _detkit import TINY_YOLO, trained_checkpoint
-from aegisbench.builders.manifest import verify_repo
+from aegisbench.dataset.verify import verify_repo
 from test_adapters import put, text
 from test_adapters_layouts import scene, voc_xml
 

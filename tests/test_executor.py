@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from aegisbench.builders.build import build_repo
-from aegisbench.builders.manifest import verify_repo
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.cli import main
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks

@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from aegisbench import cli
-from aegisbench.builders.firespread import (FIRESPREAD_FEATURES, build_firespread_repo, firespread_tasks,
-                                           run_ensemble)
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.builders.firespread import build_firespread_repo, firespread_tasks, run_ensemble
+from aegisbench.dataset.schema import FIRESPREAD_FEATURES
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.forecasters.convlstm import ConvLSTMConfig
 from aegisbench.firespread.ensemble import burn_counts, z_moments
 from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission

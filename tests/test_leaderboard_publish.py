@@ -17,8 +17,8 @@ from aegisbench.builders.build import build_repo
 from aegisbench.builders.source_table import SourceRecord, write_source_table
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.hashing import file_sha256, rng_for
-from aegisbench.builders.manifest import verify_repo
-from aegisbench.builders.publish import check_repo_id, publish, publish_plan
+from aegisbench.dataset.verify import verify_repo
+from aegisbench.dataset.publish import check_repo_id, publish, publish_plan
 from aegisbench.params import Params
 
 
@@ -155,7 +155,7 @@ def test_card_metadata_and_arrow_sizes(repo):
     import datasets
     import yaml
 
-    from aegisbench.builders.card import card_features
+    from aegisbench.dataset.card import card_features
 
     text = (repo / "README.md").read_text()
     front = yaml.safe_load(text.split("\n---\n", 1)[0][4:])

@@ -20,10 +20,11 @@ import yaml
 
 import aegisbench.corruptions as C
 from _evalkit import gt_table, write_submission
-from aegisbench.builders.card import card_inputs, render_card
+from aegisbench.dataset.card import card_inputs, render_card
 from aegisbench.hashing import file_sha256
 from aegisbench.builders.build import build_repo
-from aegisbench.builders.manifest import MANIFEST, dataset_digest, load_manifest, verify_repo
+from aegisbench.dataset.manifest import MANIFEST, dataset_digest, load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.builders.sources import materialize_source
 from aegisbench.cli import main
 from aegisbench.corruptions.registry import corruption, perturbation

@@ -16,7 +16,7 @@ import pytest
 
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
-from aegisbench.builders.manifest import verify_repo
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.params import Params
 from aegisbench.releases import RELEASED
 

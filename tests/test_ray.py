@@ -17,7 +17,7 @@ import yaml
 ray = pytest.importorskip("ray")
 
 from aegisbench.builders.build import build_repo  # noqa: E402
-from aegisbench.builders.manifest import verify_repo  # noqa: E402
+from aegisbench.dataset.verify import verify_repo  # noqa: E402
 from aegisbench.cli import main  # noqa: E402
 from aegisbench.detectors.interface import DetectorOptions, load_detector  # noqa: E402
 from aegisbench.detectors.ray_runner import plan_jobs  # noqa: E402

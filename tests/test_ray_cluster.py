@@ -20,7 +20,7 @@ import yaml
 ray = pytest.importorskip("ray")
 
 from _raykit import STORE, ray_cluster  # noqa: E402
-from aegisbench.builders.manifest import verify_repo  # noqa: E402
+from aegisbench.dataset.verify import verify_repo  # noqa: E402
 from aegisbench.cli import main  # noqa: E402
 from test_executor import reference_build  # noqa: E402
 

@@ -17,10 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 import aegisbench
-from aegisbench.builders.build import (build_repo, builder_source_hash, config_specs,
-                                       plan_tasks, staging_dir)
+from aegisbench.builders.build import build_repo, plan_tasks, staging_dir
+from aegisbench.dataset.builder_code import builder_source_hash
 from aegisbench.builders.hfrepo import ShardEntry, write_shard
-from aegisbench.builders.manifest import dataset_digest, load_manifest, verify_repo
+from aegisbench.dataset.manifest import dataset_digest, load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.builders.source_table import SourceRecord, write_source_table
 from aegisbench.cli import main
 from aegisbench.hashing import pixel_sha256, rng_for
@@ -195,7 +196,7 @@ def test_resume_reuses_finished_shards_and_hides_partials(tmp_path):
     reference = build_repo(tiny_params(tmp_path / "ref"), progress=False)
     # Simulate an interrupted run: the first two shards finished in staging, a temp file
     # of a third left behind. Nothing is visible at the output path yet.
-    tasks = plan_tasks(params, Path(params.sources_dir), config_specs(params))
+    tasks = plan_tasks(params, Path(params.sources_dir))
     key_dir = staging_dir(tmp_path / "repo", params, tasks, builder_source_hash())
     key_dir.mkdir()
     first = [write_shard(t, key_dir, None) for t in tasks[:2]]

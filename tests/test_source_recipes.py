@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from aegisbench.builders.manifest import load_manifest
+from aegisbench.dataset.manifest import load_manifest
 from aegisbench.builders.splits import assign_split
 from aegisbench.cli import main
 from aegisbench.hashing import rng_for

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from aegisbench.builders.preview import CAPTION_PX, contact_sheet
-from aegisbench.builders.source_table import SourceRecord, decode_image
+from aegisbench.builders.source_table import SourceRecord
+from aegisbench.dataset.images import decode_image
 from aegisbench.builders.synthetic_sar import (SyntheticSarConfig, every, generate_synthetic_sar,
                                                render_sar_scene)
 from aegisbench.builders.synthetic_smoke import (SyntheticSmokeConfig, generate_synthetic_smoke,

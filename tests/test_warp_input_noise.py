@@ -21,7 +21,7 @@ import yaml
 
 from aegisbench.builders.build import build_repo
 from aegisbench.builders.sources import materialize_source
-from aegisbench.builders.source_table import decode_image
+from aegisbench.dataset.images import decode_image
 from aegisbench.corruptions import warp_noise
 from aegisbench.detectors.interface import (WARP_INPUT, Detector, DetectorOptions, InputNoise, add_input_noise,
                                             load_detector, warp_input_noise)

@@ -18,8 +18,8 @@ import pytest
 
 from _evalkit import TINY, gt_table, materialize, tiny_params, write_submission
 from aegisbench.builders.build import build_repo
-from aegisbench.builders.manifest import verify_repo
-from aegisbench.builders.withhold import verify_labels
+from aegisbench.dataset.verify import verify_repo
+from aegisbench.dataset.labels import verify_labels
 from aegisbench.cli import main
 from aegisbench.dataset.index import DatasetIndex
 

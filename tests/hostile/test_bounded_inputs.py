@@ -24,7 +24,7 @@ import yaml
 
 from _evalkit import gt_table, meta, write_submission
 from aegisbench.builders.adapters import SourceSpec, load_source
-from aegisbench.builders.source_table import decode_image
+from aegisbench.dataset.images import decode_image
 from aegisbench.cli import OneLineFormatter, main, user_error
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.formats import parse_yolo_file

@@ -23,12 +23,12 @@ import pytest
 
 from _evalkit import gt_table, materialize, tiny_params, write_submission
 from aegisbench.builders.build import build_repo
-from aegisbench.builders.card import card_inputs, render_card
+from aegisbench.dataset.card import card_inputs, render_card
 from aegisbench.releases import RELEASED
-from aegisbench.builders.hfrepo import content_key
-from aegisbench.builders.manifest import (dataset_digest, iter_shards, load_manifest, require_verified, rows_sha256,
-                                         verify_repo)
-from aegisbench.builders.shard_content import shard_facts
+from aegisbench.dataset.schema import content_key
+from aegisbench.dataset.manifest import dataset_digest, iter_shards, load_manifest, rows_sha256
+from aegisbench.dataset.verify import require_verified, verify_repo
+from aegisbench.dataset.shard_content import shard_facts
 from aegisbench.cli import main
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.dataset.index import DatasetIndex, read_split_gt
@@ -393,7 +393,7 @@ def _decoded(caplog) -> list[int]:
 
 
 def test_fast_path_skips_decoding_verified_bytes_and_never_passes_changed_bytes(repo, tmp_path, caplog):
-    caplog.set_level(logging.DEBUG, logger="aegisbench.builders.manifest")
+    caplog.set_level(logging.DEBUG, logger="aegisbench.dataset.verify")
     n = sum(1 for _ in iter_shards(_manifest(repo)))
     assert verify_repo(repo).ok and not (tmp_path / "cache").exists()  # verify: full decode, no records
     t0 = time.perf_counter()
@@ -427,7 +427,7 @@ def test_fast_path_skips_decoding_verified_bytes_and_never_passes_changed_bytes(
 
 
 def test_fast_path_records_survive_concurrent_writers_and_corrupt_records(repo, tmp_path, caplog):
-    caplog.set_level(logging.DEBUG, logger="aegisbench.builders.manifest")
+    caplog.set_level(logging.DEBUG, logger="aegisbench.dataset.verify")
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda _: require_verified(repo)["dataset_digest"], range(4)))
     assert len(set(results)) == 1

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from _hostilekit import files_of, wait_for
 from aegisbench.atomic import PAUSE_ENV, leftovers, lock_path, output_lock
-from aegisbench.builders.manifest import load_manifest, verify_repo
+from aegisbench.dataset.manifest import load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.builders.source_table import write_source_table
 from aegisbench.cli import main
 from test_leaderboard import EV, fake_dataset, hand_results  # noqa: F401

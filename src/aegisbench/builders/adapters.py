@@ -48,7 +48,8 @@ from aegisbench.fields import check_int, did_you_mean
 from aegisbench.builders import adapters_formats as fmt
 from aegisbench.builders.adapters_diagnose import empty_source_message
 from aegisbench.builders.adapters_report import NEAR_DUPLICATE_POLICIES, LoadReport, NearDuplicate, SourceLoad
-from aegisbench.builders.source_table import SourceRecord, encode_png
+from aegisbench.builders.source_table import SourceRecord
+from aegisbench.dataset.images import encode_png
 from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, assign_split,
                                         group_frames, hash_array, list_names, nearest,
                                         pattern_meta, phash, split_list_files,

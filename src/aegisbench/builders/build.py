@@ -1,103 +1,59 @@
 """Build orchestration: canonical source tables -> dataset repo (the ``build`` stage).
 
 ``build_repo`` turns the source tables that :mod:`aegisbench.builders.sources` wrote into
-the HF dataset repo: it plans shard tasks, runs them (skipping shards an interrupted run
-already finished), then writes the card and manifest and swaps the completed staging
-folder into place. Nothing partial is ever visible at the output path.
+the HF dataset repo: it asks every config family for its plan (:func:`~aegisbench.builders.
+families.plan_build`: shard tasks, metas, descriptions, sources), runs the tasks (skipping shards
+an interrupted run already finished), then writes the card and manifest through the contract
+(:mod:`aegisbench.dataset`) and swaps the completed staging folder into place. Nothing partial
+is ever visible at the output path.
 
 The code that decides the bytes of a build is the import closure of this module
-(:func:`build_code`); the manifest's ``builder_source_hash`` hashes exactly those files and
-dvc.yaml's ``build`` stage depends on exactly those (``scripts/dvc_deps.py`` writes them,
-tests check). The source generators and format adapters are not in it: they decide the
-source tables, a dependency of their own.
+(:func:`aegisbench.dataset.builder_code.build_code`); the manifest's ``builder_source_hash``
+hashes exactly those files and dvc.yaml's ``build`` stage depends on exactly those.
 
->>> "aegisbench/builders/hfrepo.py" in build_code(), "aegisbench/builders/sources.py" in build_code()
+>>> from aegisbench.dataset.builder_code import build_code
+>>> "aegisbench/builders/firespread.py" in build_code(), "aegisbench/builders/sources.py" in build_code()
 (True, False)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
 from importlib.metadata import version as pkg_version
 from pathlib import Path
 
-
 import aegisbench
-from aegisbench.atomic import atomic_write_text, clean_leftovers, output_lock, replace_dir
-from aegisbench.staging import drop_partial_writes
 from aegisbench import isa
+from aegisbench.atomic import atomic_write_text, clean_leftovers, output_lock, replace_dir
+from aegisbench.builders.families import FamilyPlan, plan_build
+from aegisbench.builders.hfrepo import ShardEntry, finished_entry
+from aegisbench.builders.source_table import release_arrow_memory
+from aegisbench.builders.withhold import check_withhold, strip_labels, write_label_repo
+from aegisbench.dataset.builder_code import builder_source_hash
+from aegisbench.dataset.card import arrow_sizes, render_card
+from aegisbench.dataset.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, load_manifest, rows_sha256
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
-from aegisbench.importgraph import closure_files
 from aegisbench.overlap import refuse_overlap
 from aegisbench.params import Params
-from aegisbench.builders.card import arrow_sizes, render_card
-from aegisbench.builders.withhold import check_withhold, strip_labels, write_label_repo
-from aegisbench.builders.conditions import ConfigSpec, config_specs, not_physical
-from aegisbench.builders.firespread import (FIRESPREAD_SOURCE, FirespreadTask, config_descriptions,
-                                            firespread_metas, firespread_tasks)
-from aegisbench.builders.hfrepo import ShardEntry, ShardTask, finished_entry, write_shard
-from aegisbench.builders.manifest import MANIFEST, MANIFEST_FORMAT, dataset_digest, rows_sha256, verify_repo
-from aegisbench.builders.source_table import release_arrow_memory, require_eval_splits, split_counts
 from aegisbench.progress import progress as progress_bar
+from aegisbench.staging import drop_partial_writes
 
 log = logging.getLogger(__name__)
 
-PACKAGE_ROOT = Path(aegisbench.__file__).resolve().parent
-#: The module whose import closure decides the bytes of a build from its source tables.
-BUILD_ENTRY = "aegisbench.builders.build"
+def plan_tasks(params: Params, sources_dir: Path) -> list:
+    """Every shard of the build, family by family (:func:`plan_build`)."""
+    return plan_build(params, Path(sources_dir)).tasks
 
 
-def build_code(package_dir: str | Path = PACKAGE_ROOT) -> tuple[str, ...]:
-    """The code that decides the bytes of a build, as sorted paths relative to the project
-    root: the import closure of :data:`BUILD_ENTRY` (see :mod:`aegisbench.importgraph`) in
-    the package at ``package_dir`` (default: this one)."""
-    return tuple(closure_files(BUILD_ENTRY, package_dir=package_dir))
-
-
-def builder_source_hash(package_dir: str | Path = PACKAGE_ROOT) -> str:
-    """Hash of the code that decides the bytes of a build (:func:`build_code`)."""
-    root = Path(package_dir).resolve().parent
-    h = hashlib.sha256()
-    for rel in build_code(package_dir):
-        h.update(rel.encode() + b"\0" + (root / rel).read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def plan_tasks(params: Params, sources_dir: Path, specs: list[ConfigSpec]) -> list:
-    """Every shard of the build: image shards (source x config x index), then the
-    fire-spread ensemble blocks when ``params.yaml`` has a ``firespread:`` section."""
-    require_eval_splits({s.name: sources_dir / f"{s.name}.parquet" for s in params.sources})  # refuse, don't warn
-    tasks: list = []
-    rps = params.build.rows_per_shard
-    for src in params.sources:
-        table = sources_dir / f"{src.name}.parquet"
-        if not table.exists():
-            raise BadInput("source table missing; run `aegisbench sources` first", where=str(table))
-        counts = split_counts(table)
-        for spec in specs:
-            if src.track not in spec.tracks or not spec.physical_for(src.modality):
-                continue  # not this track's config, or its physics does not hold for the sensor
-            roles = ([("val", f"{src.name}_val")] if spec.include_val else []) + [("test", src.name)]
-            for role, split in roles:
-                n = counts.get(role, 0)
-                n_shards = max(1, -(-n // rps)) if n else 0
-                for i in range(n_shards):
-                    tasks.append(ShardTask(spec.name, split, src.name, role, str(table),
-                                           i * rps, min(n, (i + 1) * rps), i, n_shards))
-    if params.firespread is not None:
-        tasks += firespread_tasks(params.firespread, params.benchmark_version)
-    return tasks
-
-
-def staging_dir(out: Path, params: Params, tasks: list[ShardTask], src_hash: str) -> Path:
+def staging_dir(out: Path, params: Params, tasks: list, src_hash: str) -> Path:
     """Hidden sibling of ``out`` keyed by everything that decides the bytes, so a rerun
     of the same build resumes there and a different build never reuses its shards."""
-    tables = sorted({t.source_table for t in tasks if isinstance(t, ShardTask)})
+    tables = sorted({path for t in tasks for path in t.inputs})
     key = json_sha256({"params": params.digest(), "code": src_hash,
                        "tables": {Path(t).name: file_sha256(t) for t in tables}})
     return out.parent / f".{out.name}.staging-{key[:16]}"
@@ -109,26 +65,21 @@ def _run_task(args) -> ShardEntry:
     if done is not None:
         return done
     try:
-        if isinstance(task, FirespreadTask):
-            return task.run(root)
-        return write_shard(task, root, transform)
+        return task.run(root, transform)
     finally:
         release_arrow_memory()  # each shard starts from the same resident set: the peak stays flat
 
 
-def built_source_names(params: Params) -> set[str]:
-    """The sources a build of ``params`` records in its manifest (fire spread included)."""
-    return {s.name for s in params.sources} | ({FIRESPREAD_SOURCE["name"]} if params.firespread is not None else set())
-
-
-def check_kept_sources(out: Path, params: Params) -> None:
+def check_kept_sources(out: Path, plan: FamilyPlan) -> None:
     """Refuse to build over a repo that holds sources this build leaves out: their splits
     would be dropped without a word (``build --source-dir B --source b`` over a repo of ``a``)."""
+    if not (out / MANIFEST).is_file():
+        return  # no repo there
     try:
-        held = json.loads((out / MANIFEST).read_text(encoding="utf-8")).get("sources")
-    except (OSError, ValueError, AttributeError):
-        return  # no repo there (or not one this builder wrote: verify says so)
-    dropped = sorted(set(held) - built_source_names(params)) if isinstance(held, dict) else []
+        held = load_manifest(out).get("sources", {})
+    except BadInput:
+        return  # not a repo this builder wrote: verify says so
+    dropped = sorted(set(held) - set(plan.manifest_sources))
     if dropped:
         raise BadInput(f"already holds source(s) {', '.join(dropped)} that this build leaves out; building would "
                        "drop their splits: build every source together (params.yaml sources), give another --out, "
@@ -173,28 +124,24 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         clean_leftovers(out)
         sources_dir = Path(sources_dir or params.sources_dir).absolute()
         refuse_overlap({"--out": out}, {"the source tables": sources_dir})
+        plan = plan_build(params, sources_dir)
         if not replace:
-            check_kept_sources(out, params)
-        specs = config_specs(params)
-        tasks = plan_tasks(params, sources_dir, specs)
-        withheld = check_withhold(params.build.withhold_labels, {t.split for t in tasks if isinstance(t, ShardTask)},
+            check_kept_sources(out, plan)
+        tasks = plan.tasks
+        withheld = check_withhold(params.build.withhold_labels, {t.split for t in tasks if t.labels},
                                   private_out or params.private_labels_dir, out)
         src_hash = builder_source_hash()
         staging = _resumed_staging(out, staging_dir(out, params, tasks, src_hash))
-        by_name = {s.name: s for s in specs}
-        transforms = {s.name: s.transform(params) for s in specs}
-        jobs = [(t, staging, transforms.get(t.config)) for t in tasks]
+        jobs = [(t, staging, plan.transforms.get(t.config)) for t in tasks]
         entries = _run_shards(jobs, executor or Executor("local", workers or params.build.workers), progress)
         drop_partial_writes(staging)  # a worker killed mid-write and retried leaves its temp file behind
-        metas, descriptions, sources = _card_inputs(params, specs, by_name)
-        skipped = not_physical(params, specs)
         full_digest, labels = None, {}
         if withheld:  # the digest the repo would have with its labels, then the labels out of its shards
-            full_digest = assemble_manifest(params, tasks, entries, src_hash, metas, skipped)["dataset_digest"]
+            full_digest = assemble_manifest(params, plan, entries, src_hash)["dataset_digest"]
             entries, labels = strip_labels(staging, tasks, entries, withheld)
-        manifest = assemble_manifest(params, tasks, entries, src_hash, metas, skipped, withheld)
+        manifest = assemble_manifest(params, plan, entries, src_hash, withheld)
         shutil.rmtree(staging / ".shards", ignore_errors=True)
-        card = render_card(manifest, descriptions, sources, arrow_sizes(staging, manifest))
+        card = render_card(manifest, plan.descriptions, plan.sources, arrow_sizes(staging, manifest))
         atomic_write_text(staging / "README.md", card)
         manifest["files"]["README.md"] = {"sha256": file_sha256(staging / "README.md"),
                                           "bytes": (staging / "README.md").stat().st_size}
@@ -213,25 +160,13 @@ def build_repo(params: Params, out: str | Path | None = None, sources_dir: str |
         return manifest
 
 
-def _card_inputs(params: Params, specs: list[ConfigSpec], by_name: dict) -> tuple[dict, dict, list[dict]]:
-    """Config metas, config descriptions and the sources, as the manifest and the card record them."""
-    metas = {s.name: s.meta for s in specs}
-    descriptions = {s.name: s.description for s in by_name.values()}
-    sources = [{"name": s.name, "track": s.track, "kind": s.kind, "license": s.license, "modality": s.modality,
-                "citation": s.citation, "homepage": s.homepage, "description": s.description} for s in params.sources]
-    if params.firespread is not None:
-        metas.update(firespread_metas(params.firespread))
-        descriptions.update(config_descriptions(params.firespread))
-        sources.append(FIRESPREAD_SOURCE)
-    return metas, descriptions, sources
-
-
-def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry], src_hash: str, metas: dict[str, dict],
-                      skipped: dict[str, dict] | None = None, withheld: tuple[str, ...] = ()) -> dict:
-    """The manifest; ``skipped`` (:func:`~aegisbench.builders.conditions.not_physical`) is
-    recorded per config as ``not_physical: {source: modality}`` (a config every source
-    skips is kept with no splits, so its meta stays known); ``withheld``: the splits whose
-    labels are withheld (``withheld_labels``)."""
+def assemble_manifest(params: Params, plan: FamilyPlan, entries: list[ShardEntry], src_hash: str,
+                      withheld: tuple[str, ...] = ()) -> dict:
+    """The manifest of the shards ``entries`` of ``plan.tasks``; the cells a family skipped
+    (``plan.not_physical``) are recorded per config as ``not_physical: {source: modality}`` (a
+    config every source skips is kept with no splits, so its meta stays known); ``withheld``: the
+    splits whose labels are withheld (``withheld_labels``)."""
+    tasks, metas, skipped = plan.tasks, plan.metas, plan.not_physical
     configs: dict = {}
     files: dict = {}
     row_hashes: dict[tuple[str, str], list[str]] = {}
@@ -256,9 +191,7 @@ def assemble_manifest(params: Params, tasks: list, entries: list[ShardEntry], sr
         "params_sha256": params.digest(),
         "libraries": {m: pkg_version(m) for m in ("numpy", "opencv-python-headless", "pyarrow")},
         "isa_profile": isa.profile(),  # the kernels the bytes came from (aegisbench.isa)
-        "sources": {**{s.name: {"track": s.track, "kind": s.kind, "modality": s.modality} for s in params.sources},
-                    **({FIRESPREAD_SOURCE["name"]: {"track": "firespread", "kind": FIRESPREAD_SOURCE["kind"]}}
-                       if params.firespread is not None else {})},
+        "sources": dict(plan.manifest_sources),
         "configs": configs,
         "files": files,
         **({"withheld_labels": list(withheld)} if withheld else {}),

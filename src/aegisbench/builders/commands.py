@@ -188,8 +188,9 @@ def cmd_build(args) -> int:
 def cmd_verify(args) -> int:
     import re
 
-    from aegisbench.builders.manifest import load_manifest, verify_repo
-    from aegisbench.builders.withhold import is_label_repo, load_labels, verify_labels
+    from aegisbench.dataset.manifest import load_manifest
+    from aegisbench.dataset.verify import verify_repo
+    from aegisbench.dataset.labels import is_label_repo, load_labels, verify_labels
     from aegisbench.releases import release_note
     if args.expect is not None and not re.fullmatch(r"[0-9a-f]{64}", args.expect):
         raise BadInput(f"expected 64 lowercase hex digits, got {args.expect[:80]!r}", where="--expect")
@@ -237,7 +238,7 @@ def cmd_preview(args) -> int:
 
 
 def cmd_publish(args) -> int:
-    from aegisbench.builders.publish import publish
+    from aegisbench.dataset.publish import publish
 
     plan = publish(args.repo_id, args.dataset, dry_run=args.dry_run, private=args.private)
     total = sum(i.bytes for i in plan)
@@ -247,8 +248,8 @@ def cmd_publish(args) -> int:
         print(f"dry run: {len(plan)} files, {total} bytes would be uploaded to "
               f"https://huggingface.co/datasets/{args.repo_id}")
     else:
-        from aegisbench.builders.manifest import load_manifest
-        from aegisbench.builders.publish import release_tag
+        from aegisbench.dataset.manifest import load_manifest
+        from aegisbench.dataset.publish import release_tag
         tag = release_tag(load_manifest(args.dataset))
         print(f"published {len(plan)} files ({total} bytes) to https://huggingface.co/datasets/{args.repo_id}, "
               f"tagged {tag}: load_dataset({args.repo_id!r}, CONFIG, revision={tag!r})")

@@ -1,18 +1,9 @@
-"""Fire-spread ensembles as dataset configs (seed 003).
+"""The builder's half of the fire-spread family (seed 003): the ensembles simulated into shards.
 
-Configs and splits (split = source, the test split plain, the other suffixed):
-
-* ``firespread_s<level>``: one row per (initial condition, realization) with the
-  layout, the seeds and the per-cell ignition-time map (int16, -1 = never); every
-  fire map is derived from it (burnt at frame t iff ``0 <= ignition_time <= t``).
-* ``firespread_statistic``: one row per (initial condition, S-level) with the
-  per-frame burn counts ``k`` out of ``n_realizations`` (the statistic ground truth
-  as integers), the mean and variance of ``Z_t``, and the forecast task definition.
-
-Splits: ``firespread`` holds the test initial conditions, ``firespread_train`` the
-others. A :class:`FirespreadTask` is one shard: a block of realizations of one
-initial condition (or, for the statistic, every test/train IC at one S-level). The
-random stream is keyed by ``(version, initial condition, S-level, realization,
+The configs, their rows and their descriptions are declared in
+:mod:`aegisbench.dataset.family_firespread`. A :class:`FirespreadTask` is one shard: a block of
+realizations of one initial condition (or, for the statistic, every test/train IC at one
+S-level). The random stream is keyed by ``(version, initial condition, S-level, realization,
 step, cell)``, so blocks are independent and can run anywhere in any order.
 
 >>> from aegisbench.params.firespread import FirespreadParams
@@ -34,80 +25,20 @@ import datasets
 import numpy as np
 
 from aegisbench.atomic import atomic_write_text
+from aegisbench.builders.families import PLANNERS, FamilyPlan
 from aegisbench.firespread.ensemble import burn_counts, z_moments
 from aegisbench.firespread.layout import InitialCondition, make_initial_condition
 from aegisbench.firespread.model import Ensemble, SeedModel, simulate
+from aegisbench.params import Params
 from aegisbench.params.firespread import FirespreadParams
 from aegisbench.hashing import bytes_sha256
-from aegisbench.builders.hfrepo import ShardEntry, features_schema, write_rows_shard
-from aegisbench.vocab import (FIRESPREAD_ENSEMBLE, FIRESPREAD_FAMILY, FIRESPREAD_STATISTIC, FIRESPREAD_STATISTIC_CONFIG,
-                              firespread_config)
-from aegisbench.vocab import is_firespread_config  # noqa: F401  (re-exported to the card)
+from aegisbench.builders.hfrepo import ShardEntry, write_rows_shard
+from aegisbench.dataset.families import features_of, row_kind, schema_of
+from aegisbench.dataset.family_firespread import (FIRESPREAD_SOURCE, SOURCE, SPLITS, STATISTIC_CONFIG,
+                                                  config_descriptions, config_metas, firespread_params, layout_digest)
+from aegisbench.vocab import FIRESPREAD, firespread_config
 
 log = logging.getLogger(__name__)
-
-SOURCE = "firespread"
-FIRESPREAD_SOURCE = {
-    "name": SOURCE, "track": "firespread", "kind": "firespread_ca", "license": "MIT",
-    "homepage": "https://github.com/harshitk11/evaluate_stochastic_process",
-    "citation": "@article{kumar2024stochasticity,\n  title   = {Studying the Impact of Stochasticity on the Evaluation of "
-                "Deep Neural Networks for Forest-Fire Prediction},\n  author  = {Kumar, Harshit and Chakraborty, "
-                "Biswadeep and Kang, Beomseok and Mukhopadhyay, Saibal},\n  journal = {arXiv preprint "
-                "arXiv:2402.15163},\n  year    = {2024}\n}",
-    "description": "Embedded heat-accumulation cellular automaton of seed 003 (stochastic fire spread, Monte Carlo "
-                   "ensembles per initial condition and S-level), reimplemented from the paper's model."}
-STATISTIC_CONFIG = FIRESPREAD_STATISTIC_CONFIG
-SPLITS = {"test": "firespread", "train": "firespread_train"}
-
-_I32, _I16 = datasets.Value("int32"), datasets.Value("int16")
-_COMMON = {
-    "initial_condition": _I32,
-    "s_level": _I32,
-    "p_ignite": datasets.Value("float64"),
-    "height": _I32,
-    "width": _I32,
-    "n_trees": _I32,
-    "tree": datasets.List(datasets.List(datasets.Value("bool"))),
-    "seeds": datasets.List(datasets.List(_I32, length=2)),
-}
-FIRESPREAD_FEATURES: dict[str, datasets.Features] = {
-    "realizations": datasets.Features({
-        **_COMMON,
-        "realization": _I32,
-        "ignition_time": datasets.List(datasets.List(_I16)),
-        "n_steps": _I32,
-        "truncated": datasets.Value("bool"),
-        "burnt_cells": _I32,
-    }),
-    "statistic": datasets.Features({
-        **_COMMON,
-        "n_realizations": _I32,          # realizations counted: held_out_realizations .. realizations-1
-        "held_out_realizations": _I32,   # realizations 0..n-1: scored, never in the statistic
-        "n_frames": _I32,
-        "burn_counts": datasets.List(datasets.List(datasets.List(_I32))),
-        "z_mean": datasets.List(datasets.Value("float64")),
-        "z_var": datasets.List(datasets.Value("float64")),
-        "max_steps_reached": _I32,
-        "truncated_realizations": _I32,
-        "forecast_observe": _I32,
-        "forecast_horizon": _I32,
-        "forecast_threshold": datasets.Value("float64"),
-        "eval_realizations": _I32,
-        "ece_bins": _I32,
-    }),
-}
-_SCHEMAS = {k: features_schema(v) for k, v in FIRESPREAD_FEATURES.items()}
-
-
-level_config = firespread_config  # ``firespread_s<level>`` (aegisbench.vocab)
-
-
-def config_kind(config: str) -> str:
-    """``"statistic"`` or ``"realizations"`` (the key of :data:`FIRESPREAD_FEATURES`)."""
-    return "statistic" if config == STATISTIC_CONFIG else "realizations"
-
-
-
 
 def stream_parts(version: str, ic: int, s_level: int) -> tuple:
     """The stable key of the random stream of one ensemble."""
@@ -129,7 +60,7 @@ def _common_row(ic: InitialCondition, s_level: int, p: float) -> dict:
 
 
 def _ic_digest(ic: InitialCondition) -> str:
-    return bytes_sha256(np.packbits(ic.tree).tobytes() + ic.seeds.astype("<i8").tobytes())
+    return layout_digest(ic.tree, ic.seeds)
 
 
 @dataclass(frozen=True)
@@ -149,6 +80,10 @@ class FirespreadTask:
     n_shards: int
 
     source = SOURCE
+    #: its rows carry no boxes (nothing a build may withhold)
+    labels = False
+    #: it reads no file: the simulation is its input
+    inputs = ()
 
     @property
     def relpath(self) -> str:
@@ -156,17 +91,17 @@ class FirespreadTask:
 
     @property
     def kind(self) -> str:
-        return config_kind(self.config)
+        return row_kind(self.config)
 
     @property
     def features(self) -> datasets.Features:
-        return FIRESPREAD_FEATURES[self.kind]
+        return features_of(self.config)
 
-    def run(self, root: Path) -> ShardEntry:
+    def run(self, root: Path, transform: None = None) -> ShardEntry:
         """Simulate this block and write its shard (atomic) plus a resume sidecar."""
         root = Path(root)
         rows, content = (self._statistic_rows() if self.kind == "statistic" else self._realization_rows())
-        entry = write_rows_shard(root, self.relpath, rows, _SCHEMAS[self.kind], content=content)
+        entry = write_rows_shard(root, self.relpath, rows, schema_of(self.config), content=content)
         side = root / ".shards" / (self.relpath.replace("/", "__") + ".json")
         atomic_write_text(side, json.dumps(asdict(entry), sort_keys=True))
         log.debug("wrote %s (%d rows)", self.relpath, entry.rows)
@@ -213,7 +148,7 @@ class FirespreadTask:
 
 def firespread_tasks(fs_params: FirespreadParams | dict | None, version: str) -> list[FirespreadTask]:
     """Every shard of the fire-spread configs, realization blocks first."""
-    p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
+    p = firespread_params(fs_params)
     tasks: list[FirespreadTask] = []
     rps = p.realizations_per_shard
     blocks = [(a, min(p.realizations, a + rps)) for a in range(0, p.realizations, rps)]
@@ -222,7 +157,7 @@ def firespread_tasks(fs_params: FirespreadParams | dict | None, version: str) ->
             ics = p.initial_conditions_of(role)
             n = len(ics) * len(blocks)
             for k, (ic, (a, b)) in enumerate((ic, blk) for ic in ics for blk in blocks):
-                tasks.append(FirespreadTask(level_config(s), SPLITS[role], role, p, version, int(s),
+                tasks.append(FirespreadTask(firespread_config(s), SPLITS[role], role, p, version, int(s),
                                             (ic,), a, b, k, n))
     for role in ("test", "train"):
         ics = p.initial_conditions_of(role)
@@ -232,33 +167,15 @@ def firespread_tasks(fs_params: FirespreadParams | dict | None, version: str) ->
     return tasks
 
 
-def config_descriptions(fs_params: FirespreadParams | dict | None) -> dict[str, str]:
-    """Human description of every fire-spread config (for the dataset card)."""
-    p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
-    out = {}
-    for s in p.s_levels:
-        out[level_config(s)] = (
-            f"Fire-spread ensemble at S-Level {s} (p_ignite = {p.p_ignite(s):.2f}): {p.realizations} "
-            f"Monte Carlo realizations per initial condition on a {p.height}x{p.width} grid, one row per "
-            "(initial_condition, realization) with layout, seeds and the int16 ignition-time map "
-            "(-1 = never burnt; burnt at frame t iff 0 <= ignition_time <= t).")
-    out[STATISTIC_CONFIG] = (
-        "Statistic ground truth of every (initial_condition, S-level): per-frame burn counts k out of "
-        "n_realizations per cell, mean and variance of Z_t (unburnt trees), and the forecast task "
-        f"(observe {p.forecast.observe} frames, forecast {p.forecast.horizon}).")
-    return out
-
-
-def firespread_metas(fs_params: FirespreadParams | dict | None) -> dict[str, dict]:
-    """Manifest ``meta`` of every fire-spread config (kind, S-level), so nothing downstream
-    parses config names."""
-    p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
-    base = {"corruption": None, "family": FIRESPREAD_FAMILY, "components": [], "warp_level": None}
-    out = {level_config(s): {**base, "kind": FIRESPREAD_ENSEMBLE, "severity": int(s), "s_level": int(s),
-                             "p_ignite": p.p_ignite(s)} for s in p.s_levels}
-    out[STATISTIC_CONFIG] = {**base, "kind": FIRESPREAD_STATISTIC, "severity": 0, "s_level": None,
-                             "p_ignite": None}
-    return out
+@PLANNERS.register(FIRESPREAD)
+def plan_firespread(params: Params, sources_dir: Path) -> FamilyPlan:
+    """The fire-spread family's part of a build: nothing without a ``firespread:`` section."""
+    if params.firespread is None:
+        return FamilyPlan()
+    return FamilyPlan(tasks=firespread_tasks(params.firespread, params.benchmark_version),
+                      metas=config_metas(params.firespread), descriptions=config_descriptions(params.firespread),
+                      sources=[FIRESPREAD_SOURCE],
+                      manifest_sources={SOURCE: {"track": FIRESPREAD_SOURCE["track"], "kind": FIRESPREAD_SOURCE["kind"]}})
 
 
 def build_firespread_repo(fs_params: FirespreadParams | dict | None, version: str, out: str | Path,
@@ -266,9 +183,8 @@ def build_firespread_repo(fs_params: FirespreadParams | dict | None, version: st
     """A dataset repo holding only the fire-spread configs: ``build_repo`` with no image
     sources (same shards, manifest, card and ``verify``); returns the manifest."""
     from aegisbench.builders.build import build_repo
-    from aegisbench.params import Params
 
-    p = fs_params if isinstance(fs_params, FirespreadParams) else FirespreadParams.from_dict(fs_params)
+    p = firespread_params(fs_params)
     params = Params.from_dict({"benchmark_version": version, "sources": {}, "firespread": p.to_dict(),
                                "paths": {"dataset": str(out)}})
     return build_repo(params, out=out, workers=workers, progress=False)

@@ -1,4 +1,5 @@
-"""Writer of the Hugging Face dataset repo on disk (``aegisbench/`` in the project root).
+"""Writer of the Hugging Face dataset repo on disk (``aegisbench/`` in the project root),
+through the contract of :mod:`aegisbench.dataset.schema`.
 
 A repo is a set of *configs* (``clean``, ``low_light_s3``, ...). Each config holds
 one split per source: ``<source>_val`` (clean validation, ``clean`` only) and
@@ -17,46 +18,18 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aegisbench.atomic import atomic_path, atomic_write_text
-from aegisbench.builders.manifest import rows_sha256
+from aegisbench.dataset.manifest import rows_sha256
+from aegisbench.dataset.schema import SCHEMA, content_key
 from aegisbench.hashing import file_sha256, json_sha256, pixel_sha256
-from aegisbench.builders.source_table import SourceRecord, encode_png, read_source_rows, release_arrow_memory
+from aegisbench.builders.source_table import SourceRecord, read_source_rows, release_arrow_memory
+from aegisbench.dataset.images import encode_png
 
 log = logging.getLogger(__name__)
-
-def features_schema(features: datasets.Features) -> pa.Schema:
-    """Arrow schema of HF ``features`` with the metadata ``datasets`` reads back."""
-    return features.arrow_schema.with_metadata(
-        {"huggingface": json.dumps({"info": {"features": features.to_dict()}}, sort_keys=True)})
-
-
-FEATURES = datasets.Features(
-    {
-        "image": datasets.Image(),
-        "image_id": datasets.Value("string"),
-        "source": datasets.Value("string"),
-        "condition": datasets.Value("string"),
-        "width": datasets.Value("int32"),
-        "height": datasets.Value("int32"),
-        "objects": {
-            "bbox": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-            "label": datasets.List(datasets.Value("string")),
-        },
-        "group_id": datasets.Value("string"),
-        "frame_index": datasets.Value("int32"),
-        "time_s": datasets.Value("float64"),
-        "fire_start_frame": datasets.Value("int32"),
-        "sha256": datasets.Value("string"),
-        "ignore": datasets.List(datasets.List(datasets.Value("float32"), length=4)),
-        "meta": datasets.List({"name": datasets.Value("string"), "value": datasets.Value("string")}),
-    }
-)
-SCHEMA = features_schema(FEATURES)
 
 # image transform of a config: (record, image) -> image; None means "keep the clean bytes"
 Transform = Callable[[SourceRecord, np.ndarray], np.ndarray]
@@ -76,9 +49,21 @@ class ShardTask:
     index: int
     n_shards: int
 
+    #: its rows carry boxes (labels a build may withhold)
+    labels = True
+
     @property
     def relpath(self) -> str:
         return f"{self.config}/{self.split}-{self.index:05d}-of-{self.n_shards:05d}.parquet"
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The files this shard is made from (they key the build's staging folder)."""
+        return (self.source_table,)
+
+    def run(self, root: Path, transform: "Transform | None" = None) -> "ShardEntry":
+        """Write this shard (:func:`write_shard`)."""
+        return write_shard(self, root, transform)
 
 
 @dataclass(frozen=True)
@@ -109,14 +94,6 @@ def _row(rec: SourceRecord, condition: str, png: bytes, sha: str) -> dict:
         "fire_start_frame": rec.fire_start_frame, "sha256": sha,
         "ignore": rec.ignore.tolist(), "meta": [{"name": k, "value": v} for k, v in rec.meta],
     }
-
-
-def content_key(row: dict) -> list:
-    """The parts of a row that define its content (encoder-independent)."""
-    o = row["objects"]
-    return [row["image_id"], row["sha256"], row["width"], row["height"], o["bbox"], o["label"],
-            row["group_id"], row["frame_index"], row["time_s"], row["fire_start_frame"], row["ignore"],
-            [[m["name"], m["value"]] for m in row["meta"]]]
 
 
 def write_shard(task: ShardTask, root: Path, transform: Transform | None) -> ShardEntry:

@@ -29,7 +29,7 @@ import numpy as np
 
 from aegisbench.fields import check_int
 from aegisbench.atomic import atomic_write_bytes
-from aegisbench.builders.manifest import MANIFEST, load_manifest
+from aegisbench.dataset.manifest import MANIFEST, load_manifest
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.params import Params

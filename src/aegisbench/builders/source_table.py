@@ -19,15 +19,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import cv2
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from aegisbench.atomic import atomic_path
+from aegisbench.dataset.images import decode_image, encode_png
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
-from aegisbench.readers import check_image_bytes
 
 META_STRUCT = pa.struct([pa.field("name", pa.string()), pa.field("value", pa.string())])
 SOURCE_SCHEMA = pa.schema(
@@ -54,27 +53,6 @@ SOURCE_SCHEMA = pa.schema(
 )
 
 SPLITS = ("train", "val", "test")
-
-
-def encode_png(image: np.ndarray) -> bytes:
-    """Lossless PNG bytes of an RGB uint8 image (fixed compression level)."""
-    ok, buf = cv2.imencode(".png", cv2.cvtColor(image, cv2.COLOR_RGB2BGR),
-                           [cv2.IMWRITE_PNG_COMPRESSION, 3])
-    if not ok:
-        raise RuntimeError("PNG encoding failed")
-    return buf.tobytes()
-
-
-def decode_image(data: bytes, where: str = "image") -> np.ndarray:
-    """Decode encoded image bytes to RGB uint8; BadInput naming ``where`` if corrupt or
-    (read from the header, before decoding) larger than the declared pixel limit."""
-    if len(data):
-        check_image_bytes(data, where)
-    arr = np.frombuffer(data, dtype=np.uint8)
-    img = cv2.imdecode(arr, cv2.IMREAD_COLOR) if arr.size else None
-    if img is None:
-        raise BadInput("cannot decode image (corrupt or unsupported file)", where=where)
-    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
 
 
 @dataclass(frozen=True)

@@ -100,8 +100,8 @@ def _int_column(table: pa.Table, name: str, fill: int) -> np.ndarray:
 
 def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
     """Read one split's shards (GT columns only); a shard path must stay inside the repo
-    (:func:`~aegisbench.builders.manifest.repo_file`: relative, no ``..``, no symlink)."""
-    from aegisbench.builders.manifest import repo_file
+    (:func:`~aegisbench.dataset.manifest.repo_file`: relative, no ``..``, no symlink)."""
+    from aegisbench.dataset.manifest import repo_file
     tables = []
     for shard in info["shards"]:
         path = repo_file(repo, shard["path"])
@@ -134,7 +134,7 @@ def read_split_gt(repo: Path, config: str, split: str, info: dict) -> SplitGT:
 
 def _with_labels(gt: SplitGT, root: Path, manifest: dict) -> SplitGT:
     """``gt`` with the boxes, labels and ignore regions of the private label repo."""
-    from aegisbench.builders.manifest import repo_file
+    from aegisbench.dataset.manifest import repo_file
     info = manifest["splits"].get(gt.config, {}).get(gt.split)
     if info is None:
         raise BadInput(f"has no labels of {gt.config}/{gt.split}", where=str(root))
@@ -156,14 +156,15 @@ class DatasetIndex:
     repo, every shard listed in ``files``: :func:`load_manifest`)."""
 
     def __init__(self, repo: str | Path, verify: bool = True, labels: str | Path | None = None):
-        from aegisbench.builders.manifest import load_manifest, require_verified
+        from aegisbench.dataset.manifest import load_manifest
+        from aegisbench.dataset.verify import require_verified
         self.repo = Path(repo)
         self.manifest = require_verified(self.repo) if verify else load_manifest(self.repo)
         self._gt: dict[tuple[str, str], SplitGT] = {}
         self.withheld = tuple(self.manifest.get("withheld_labels") or ())
         self.labels: tuple[Path, dict] | None = None
         if labels is not None and self.withheld:
-            from aegisbench.builders.withhold import load_labels, verify_labels
+            from aegisbench.dataset.labels import load_labels, verify_labels
             if verify:
                 report = verify_labels(labels, self.manifest)
                 if not report.ok:

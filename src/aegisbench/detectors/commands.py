@@ -189,7 +189,7 @@ def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, obje
     yet); ``on_driver`` overrides the device of this process's copy (Ray actors pick their own)."""
     import dataclasses
 
-    from aegisbench.builders.manifest import require_verified
+    from aegisbench.dataset.verify import require_verified
     from aegisbench.detectors.interface import DETECTORS, load_detector
 
     if args.detector not in DETECTORS:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from aegisbench.builders.source_table import decode_image
+from aegisbench.dataset.images import decode_image
 from aegisbench.detectors.interface import InputNoise
 from aegisbench.errors import BadInput
 from aegisbench.vocab import CLEAN

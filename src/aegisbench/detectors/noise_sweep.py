@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock
-from aegisbench.builders.manifest import require_verified
+from aegisbench.dataset.verify import require_verified
 from aegisbench.detectors.interface import WARP_INPUT, Detector
 from aegisbench.detectors.ray_runner import worker_spec
 from aegisbench.detectors.runner import RunOptions, resume_parts, run_key, run_parts

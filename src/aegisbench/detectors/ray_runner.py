@@ -37,7 +37,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from aegisbench.builders.source_table import decode_image
+from aegisbench.dataset.images import decode_image
 from aegisbench.detectors.interface import DETECTORS, Detector, DetectorOptions, InputNoise, Throughput
 from aegisbench.detectors.loader import input_noise, input_shards
 from aegisbench.errors import BadInput

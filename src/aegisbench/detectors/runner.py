@@ -41,7 +41,7 @@ import yaml
 from aegisbench import isa
 from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock, replace_dir, staging_path
 from aegisbench.staging import resumable_dir
-from aegisbench.builders.manifest import require_verified
+from aegisbench.dataset.verify import require_verified
 from aegisbench.detectors.interface import Detector
 from aegisbench.detectors.loader import FrameLoader, input_noise, input_shards
 from aegisbench.detectors.ray_runner import plan_jobs, worker_results, worker_spec

@@ -35,8 +35,8 @@ import yaml
 from aegisbench.atomic import atomic_path, atomic_write_text, clean_leftovers, output_lock
 
 from aegisbench.staging import resumable_dir
-from aegisbench.builders.manifest import require_verified
-from aegisbench.builders.source_table import decode_image
+from aegisbench.dataset.verify import require_verified
+from aegisbench.dataset.images import decode_image
 from aegisbench.detectors.classes import classes_of_ids
 from aegisbench.detectors.interface import Detector
 from aegisbench.detectors.loader import background

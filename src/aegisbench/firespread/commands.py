@@ -99,7 +99,7 @@ def cmd_baselines(args) -> int:
         print(f"wrote {folder}")
         if args.verified:
             from aegisbench.attestation import attest
-            from aegisbench.builders.manifest import load_manifest
+            from aegisbench.dataset.manifest import load_manifest
             attest(folder, dataset_digest=load_manifest(args.dataset)["dataset_digest"], weights_sha256=None,
                    by="aegisbench firespread-baselines")
     return 0

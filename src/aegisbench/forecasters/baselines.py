@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 
 def load_dataset_truth(dataset: str | Path) -> tuple[dict, dict, TaskSpec]:
     """``(manifest, truth, task)`` of a verified dataset repo."""
-    from aegisbench.builders.manifest import require_verified
+    from aegisbench.dataset.verify import require_verified
     manifest = require_verified(dataset)
     truth, task = read_test_truth(dataset, manifest)
     return manifest, truth, task

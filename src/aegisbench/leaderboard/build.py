@@ -99,14 +99,15 @@ def _firespread_report(board: Board, results: dict[str, Path], dataset: str | Pa
     """The fire-spread report of the merged fire-spread results that carry pooled strata
     (``results``: each merged submission's folder), when the dataset holds the statistic
     (None otherwise); the dataset repo it reads must pass verify."""
-    from aegisbench.builders.manifest import MANIFEST, require_verified
+    from aegisbench.dataset.manifest import load_manifest
+    from aegisbench.dataset.verify import require_verified
     from aegisbench.leaderboard.firespread_report import STRATA_FILE, build_report
     from aegisbench.dataset.firespread_truth import STATISTIC_CONFIG
     subs = sorted(s for s, prov in board.provenance.items() if prov.get("track") == FIRESPREAD)
     if not subs:
         return None
-    declared = json.loads((Path(dataset) / MANIFEST).read_text(encoding="utf-8"))  # read (and checked) for the digest
-    if STATISTIC_CONFIG not in (declared.get("configs") or {}):
+    declared = load_manifest(dataset)  # the one manifest reader: checked, not yet verified
+    if STATISTIC_CONFIG not in declared["configs"]:
         log.warning("fire-spread results but no %s in %s: no fire-spread report", STATISTIC_CONFIG, dataset)
         return None
     manifest = require_verified(dataset)  # the statistic is read from the shards: verified first

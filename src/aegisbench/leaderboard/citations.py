@@ -25,8 +25,8 @@ from pathlib import Path
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.attribution import bibtex_entries
-from aegisbench.builders.card import CITATION, card_inputs
-from aegisbench.builders.manifest import CARD, MANIFEST
+from aegisbench.dataset.card import CITATION, card_inputs
+from aegisbench.dataset.manifest import CARD, MANIFEST
 from aegisbench.errors import BadInput
 from aegisbench.readers import read_json, read_text
 

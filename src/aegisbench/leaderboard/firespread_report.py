@@ -80,7 +80,7 @@ def _csv(df: pl.DataFrame) -> bytes:
 
 def sd_zt_table(dataset: str | Path, manifest: dict | None = None) -> pl.DataFrame:
     """``E[Z_t]`` and ``SD[Z_t]`` per (S-Level, test initial condition, frame)."""
-    from aegisbench.builders.manifest import require_verified
+    from aegisbench.dataset.verify import require_verified
     from aegisbench.dataset.firespread_truth import read_statistic
     manifest = manifest if manifest is not None else require_verified(dataset)
     stats, _task = read_statistic(dataset, manifest)

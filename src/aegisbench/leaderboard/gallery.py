@@ -35,7 +35,7 @@ import cv2
 import numpy as np
 
 from aegisbench.atomic import atomic_write_bytes
-from aegisbench.builders.card import corruption_model_text
+from aegisbench.dataset.card import corruption_model_text
 from aegisbench.corruptions.preview import grid_corruptions
 from aegisbench.corruptions.registry import SEVERITIES, get_spec
 from aegisbench.errors import BadInput

@@ -96,7 +96,8 @@ def cmd_remote(args) -> int:
     if args.verb == "push" or args.no_verify:
         print(f"{args.verb} {'to' if args.verb == 'push' else 'from'} remote {remote.name!r}: done")
         return 0
-    from aegisbench.builders.manifest import load_manifest, verify_repo
+    from aegisbench.dataset.manifest import load_manifest
+    from aegisbench.dataset.verify import verify_repo
     report = verify_repo(args.dataset)
     if not report.ok:
         for line in report.lines():

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 
 def dataset_identity(repo: str | Path) -> dict:
     """``{"benchmark_version", "dataset_digest"}`` of a dataset repo (its checked manifest)."""
-    from aegisbench.builders.manifest import load_manifest
+    from aegisbench.dataset.manifest import load_manifest
 
     manifest = load_manifest(repo)
     return {"benchmark_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}

@@ -14,7 +14,7 @@ import re
 import datasets
 
 from aegisbench.attribution import UNKNOWN, license_url
-from aegisbench.builders.card_text import card_citations, card_text
+from aegisbench.dataset.card_text import card_citations, card_text
 from aegisbench.vocab import SMOKE
 
 #: what each field of a config's rows holds (the card's Data Fields); a contract test checks

@@ -1,6 +1,6 @@
 """Records of earlier content verifications, so consumers need not re-decode every shard.
 
-:func:`~aegisbench.builders.manifest.require_verified` (evaluate, detect, WARP) re-hashes
+:func:`~aegisbench.dataset.manifest.require_verified` (evaluate, detect, WARP) re-hashes
 every file of a repo, then looks a shard's facts (rows, content hash, pixel hashes) up
 here by the SHA-256 of its *bytes* (plus the config it is listed under and the recipe version);
 a record holds its rows' content hashes too, from which the split's hash is recomputed.
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.hashing import json_sha256
-from aegisbench.builders.shard_content import RECIPE_VERSION, ShardFacts
+from aegisbench.dataset.shard_content import RECIPE_VERSION, ShardFacts
 
 log = logging.getLogger(__name__)
 

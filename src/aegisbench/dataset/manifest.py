@@ -1,4 +1,4 @@
-"""The checksums manifest of a dataset repo, and ``verify``.
+"""The checksums manifest of a dataset repo: its format, its one reader and the dataset digest.
 
 ``manifest.json`` lists every file of the repo with its SHA-256 and size, every
 shard's row count, content hash and per-image pixel SHA-256, the builder source
@@ -6,11 +6,8 @@ hash, library versions and the benchmark version. The *dataset digest* is a hash
 content only (pixels, boxes, labels, ids, version) so two machines that produce the
 same pixels agree on it even if an encoder writes different bytes.
 
-``verify`` trusts none of the declared hashes: it re-hashes every file, decodes every
-shard and recomputes its content hash as the builder does
-(:mod:`aegisbench.builders.shard_content`), recomputes the dataset digest from those,
-and checks the card (:func:`aegisbench.builders.card.card_problems`). Every path of the
-manifest must stay inside the repo (:func:`repo_file`).
+:func:`load_manifest` is the one reader (every field checked, every path inside the repo:
+:func:`repo_file`); :mod:`aegisbench.dataset.verify` checks a repo against it.
 
 >>> repo_file("/data/repo", "clean/demo-00000-of-00001.parquet").as_posix()
 '/data/repo/clean/demo-00000-of-00001.parquet'
@@ -22,14 +19,11 @@ aegisbench.errors.BadInput: /data/repo/manifest.json: manifest path '../x' has '
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
-from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
-from aegisbench.errors import BadInput, VerificationError
-from aegisbench.hashing import bytes_sha256, file_sha256, json_sha256
+from aegisbench.errors import BadInput
+from aegisbench.hashing import bytes_sha256, json_sha256
 from aegisbench.readers import read_json
 
 log = logging.getLogger(__name__)
@@ -174,98 +168,3 @@ def _check_shard(s: object, name: str, where: str) -> None:
           and all(isinstance(k, str) and _is_hex(v) for k, v in s["images"].items()))
     _need(ok, name, "must have path, sha256, bytes, rows, content_sha256 and images (image id -> 64 hex digits)",
           where)
-
-
-@dataclass
-class VerifyReport:
-    missing: list[str] = field(default_factory=list)
-    extra: list[str] = field(default_factory=list)
-    altered: list[str] = field(default_factory=list)
-    digest_mismatch: bool = False  # the declared split content hashes do not give the declared digest
-    content: list[str] = field(default_factory=list)  # "<path>: <what differs>" (recomputed from rows)
-    manifest: dict | None = field(default=None, repr=False, compare=False)  # the manifest that was checked
-
-    @property
-    def ok(self) -> bool:
-        return not (self.missing or self.extra or self.altered or self.digest_mismatch or self.content)
-
-    def lines(self) -> list[str]:
-        out = [f"missing: {p}" for p in self.missing]
-        out += [f"extra: {p}" for p in self.extra]
-        out += [f"altered: {p}" for p in self.altered]
-        out += [f"content: {p}" for p in self.content]
-        if self.digest_mismatch:
-            out.append("altered: manifest.json (dataset digest does not match its splits' content hashes)")
-        return out
-
-
-def _present(repo: Path, ignore_hidden: bool) -> set[str]:
-    """Every non-folder entry under ``repo`` (symlinks included, never followed) but the manifest."""
-    out = set()
-    for top, dirs, files in os.walk(repo):
-        rel_top = Path(top).relative_to(repo)
-        if ignore_hidden:
-            dirs[:] = [d for d in dirs if not d.startswith(".")]
-            files = [f for f in files if not f.startswith(".")]
-        links = [d for d in dirs if (Path(top) / d).is_symlink()]
-        out |= {(rel_top / name).as_posix() for name in [*files, *links]}
-    out.discard(MANIFEST)
-    return out
-
-
-def _check_files(repo: Path, manifest: dict, report: VerifyReport, ignore_hidden: bool) -> dict[str, str]:
-    """Missing / extra / altered files; returns the SHA-256 of every intact listed file."""
-    listed: dict[str, dict] = manifest["files"]
-    present = _present(repo, ignore_hidden)
-    intact = {}
-    for rel in sorted(listed):
-        if rel not in present:
-            report.missing.append(rel)
-            continue
-        path = repo_file(repo, rel)
-        if not path.is_file():
-            report.altered.append(rel)
-            continue
-        sha = file_sha256(path)
-        if sha != listed[rel]["sha256"]:
-            report.altered.append(rel)
-        elif path.stat().st_size != listed[rel]["bytes"]:
-            report.content.append(f"{rel}: {path.stat().st_size} bytes, the manifest says {listed[rel]['bytes']}")
-        else:
-            intact[rel] = sha
-    report.extra = sorted(present - set(listed))
-    return intact
-
-
-def verify_repo(repo: str | Path, ignore_hidden: bool = False, cache: bool = False) -> VerifyReport:
-    """Re-hash every file, recompute every shard's content from its decoded rows, the dataset
-    digest from those and the card from the manifest; report what differs from the manifest.
-    ``cache``: reuse / record shard facts by file SHA-256 (:mod:`~aegisbench.builders.verify_cache`)."""
-    from aegisbench.builders.verify_content import check_card, check_content
-
-    t0 = time.perf_counter()
-    repo = Path(repo)
-    manifest = load_manifest(repo)
-    report = VerifyReport(manifest=manifest)
-    intact = _check_files(repo, manifest, report, ignore_hidden)
-    if dataset_digest(manifest["benchmark_version"], manifest["configs"]) != manifest["dataset_digest"]:
-        report.digest_mismatch = True
-    decoded, recomputed = check_content(repo, manifest, intact, report, cache)
-    if recomputed is not None and recomputed != manifest["dataset_digest"]:
-        report.content.append(f"{MANIFEST}: the dataset digest recomputed from the shards' rows is "
-                              f"{recomputed}, the manifest says {manifest['dataset_digest']}")
-    check_card(repo, manifest, intact, report, cache)
-    log.debug("verified %s in %.2f s: %d shards decoded, %d problems", repo, time.perf_counter() - t0, decoded,
-             len(report.lines()))
-    return report
-
-
-def require_verified(repo: str | Path) -> dict:
-    """Load the manifest of a repo that passes verify, else raise VerificationError. Shards
-    whose bytes passed the content check before are not decoded again (:mod:`verify_cache`)."""
-    report = verify_repo(repo, cache=True)
-    if not report.ok:
-        first = report.lines()[0]
-        raise VerificationError(f"dataset repo fails verify ({len(report.lines())} problem(s); "
-                                f"first: {first})", where=str(repo))
-    return report.manifest

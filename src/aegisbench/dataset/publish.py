@@ -24,8 +24,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from aegisbench.builders.card import card_inputs, render_card
-from aegisbench.builders.manifest import CARD, MANIFEST, load_manifest, verify_repo
+from aegisbench.dataset.card import card_inputs, render_card
+from aegisbench.dataset.manifest import CARD, MANIFEST, load_manifest
+from aegisbench.dataset.verify import verify_repo
 from aegisbench.errors import BadInput, VerificationError
 from aegisbench.hashing import file_sha256
 
@@ -53,7 +54,7 @@ def check_repo_id(repo_id: str) -> str:
 def publish_plan(dataset: str | Path) -> list[UploadItem]:
     """The exact upload list of a dataset repo that passes verify (else VerificationError); a
     private label repo is never uploaded (BadInput)."""
-    from aegisbench.builders.withhold import is_label_repo
+    from aegisbench.dataset.labels import is_label_repo
     dataset = Path(dataset)
     if is_label_repo(dataset):
         raise BadInput("refusing to publish a private label repo: it holds the withheld test labels, which only "

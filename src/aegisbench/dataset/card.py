@@ -24,10 +24,10 @@ import re
 import yaml
 
 from aegisbench.attribution import UNKNOWN, hub_license, license_url
-from aegisbench.builders.card_sections import (citation_section, data_fields, is_synthetic, licensing,
+from aegisbench.dataset.card_sections import (citation_section, data_fields, is_synthetic, licensing,
                                                limitations, personal_information, source_data, warp_notes)
 from aegisbench.hashing import canonical_json
-from aegisbench.builders.hfrepo import FEATURES
+from aegisbench.dataset.families import families, features_of
 from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
                               parse_corruption_config)
 
@@ -37,12 +37,6 @@ CITATION = """@software{aegisbench,
   year   = {2026},
   note   = {Benchmark version %s, dataset digest %s}
 }"""
-
-
-def features_of(config: str):
-    """The declared features of one config (image rows, or fire-spread rows by kind)."""
-    from aegisbench.builders.firespread import FIRESPREAD_FEATURES, config_kind, is_firespread_config
-    return FIRESPREAD_FEATURES[config_kind(config)] if is_firespread_config(config) else FEATURES
 
 
 #: the class names of ``objects.label`` (the detection tracks' one label each), as a ClassLabel
@@ -64,8 +58,8 @@ def card_features(config: str):
     return out
 
 
-#: track -> the card's task id (what the configs of that track are for)
-TASK_IDS = {"sar": "person-detection", "smoke": "smoke-detection", "firespread": "wildfire-spread-forecasting"}
+#: the benchmark's own Hub task category, listed first; each family adds its own when its tracks are built
+TASK_CATEGORIES = ("object-detection",)
 #: upper bounds of the Hub's size categories (number of rows)
 SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
                    (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"))
@@ -142,15 +136,25 @@ def _front_matter(configs: dict, sources: list[dict], sizes: dict | None) -> dic
         "annotations_creators": sorted({"machine-generated" if is_synthetic(s) else "found" for s in sources}),
         "size_categories": [size_category(rows)],
         "source_datasets": sorted({"original" if is_synthetic(s) else f"extended|{s['name']}" for s in sources}),
-        "task_categories": ["object-detection"] + (["time-series-forecasting"] if any(
-            s["track"] == "firespread" for s in sources) else []),
-        "task_ids": [TASK_IDS[t] for t in tracks if t in TASK_IDS],
+        **_tasks(tracks),
         "tags": ["robustness", "disaster-response", "search-and-rescue", "wildfire", "benchmark"],
         "configs": [],
         "dataset_info": [],
     }
     front["configs"], front["dataset_info"] = _declared_configs(configs, sizes)
     return front
+
+
+def _tasks(tracks: list[str]) -> dict:
+    """The card's ``task_categories`` (the benchmark's, then those of each family whose tracks
+    are built) and ``task_ids`` (each built track's, as its family declares it)."""
+    found = families()
+    categories = list(TASK_CATEGORIES)
+    for family in found:
+        if set(family.tracks) & set(tracks):
+            categories += [c for c in family.task_categories if c not in categories]
+    ids = {t: i for family in found for t, i in family.task_ids.items()}
+    return {"task_categories": categories, "task_ids": [ids[t] for t in tracks if t in ids]}
 
 
 def _field_groups(configs: dict) -> list[tuple[str, object]]:
