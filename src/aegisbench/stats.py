@@ -1,6 +1,6 @@
 """Resampling and ratio statistics, once: the seeded bootstrap draw, resample
-multiplicities, percentile intervals with their all-0/0 fallback, and pooled
-recall / precision / F1 from TP, FP, FN counts. A leaf: imports only numpy and
+multiplicities, percentile intervals with their all-0/0 fallback, and recall / precision /
+F1 from TP, FP, FN counts (:func:`prf`, also behind :mod:`aegisbench.metrics.detection`). A leaf: imports only numpy and
 :mod:`aegisbench.hashing` (every draw comes from ``rng_for(*key)``).
 
 >>> idx = resample_indices(4, ("doc",), 3)
@@ -109,12 +109,22 @@ def ratio(num, den, empty: float = 0.0) -> np.ndarray:
     return np.divide(num, den, out=np.full(np.shape(num), empty, np.float64), where=np.asarray(den) > 0)
 
 
+def prf(tp, fp, fn, empty: float = 0.0) -> dict[str, np.ndarray]:
+    """recall ``TP / (TP + FN)``, precision ``TP / (TP + FP)``, F1 ``2 TP / (2 TP + FP + FN)``:
+    the package's one P/R/F1. The sums are made in the counts' own type (integer counts stay
+    exact integers up to the division), the ratios in float64; a 0/0 ratio is ``empty``.
+
+    >>> {k: float(v) for k, v in prf(np.int64(3), np.int64(1), np.int64(0), np.nan).items()}
+    {'recall': 1.0, 'precision': 0.75, 'f1': 0.8571428571428571}
+    """
+    return {"recall": ratio(tp, tp + fn, empty), "precision": ratio(tp, tp + fp, empty),
+            "f1": ratio(2 * tp, 2 * tp + fp + fn, empty)}
+
+
 def count_ratios(summed, empty: float = 0.0) -> dict[str, np.ndarray]:
-    """recall ``TP / (TP + FN)``, precision ``TP / (TP + FP)``, F1 ``2 TP / (2 TP + FP + FN)``
-    from (..., 3) TP/FP/FN counts; a 0/0 ratio is ``empty``: 0 by default (threshold
+    """:func:`prf` of (..., 3) TP/FP/FN counts, taken as float64 (bootstrap resamples sum
+    weighted counts); a 0/0 ratio is ``empty``: 0 by default (threshold
     selection, where an undefined F1 is no better than 0), NaN for a bootstrap resample (then
     left out) and for a reported value (a null row noted "0/0", :mod:`aegisbench.metrics`)."""
     summed = np.asarray(summed, np.float64)
-    tp, fp, fn = summed[..., 0], summed[..., 1], summed[..., 2]
-    return {"recall": ratio(tp, tp + fn, empty), "precision": ratio(tp, tp + fp, empty),
-            "f1": ratio(2 * tp, 2 * tp + fp + fn, empty)}
+    return prf(summed[..., 0], summed[..., 1], summed[..., 2], empty)

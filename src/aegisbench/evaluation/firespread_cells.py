@@ -6,7 +6,6 @@ and, when per-map scores are given, the sum and count of seed 003's per-map ECE
 which equals re-scoring the resampled pixels exactly) are computed from them, and cells
 pool by adding them up (:func:`pool_cells`).
 
->>> from aegisbench.evaluation.firespread_scoring import ScoreConfig
 >>> p = np.array([0.9, 0.6, 0.2, 0.1]); y = np.array([True, False, True, False])
 >>> cell = CellStats(p, y, np.array([0, 0, 1, 1]), None, 2, ScoreConfig())
 >>> pt = cell.point()
@@ -19,7 +18,7 @@ pool by adding them up (:func:`pool_cells`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,10 +26,30 @@ from aegisbench import metrics as M
 from aegisbench.stats import count_ratios as count_statistics
 from aegisbench.stats import ratio
 
-if TYPE_CHECKING:
-    from aegisbench.evaluation.firespread_scoring import ScoreConfig
-
 DENSE_POOL_LIMIT = 1 << 24  # units x distinct scores up to which pooled score tables are dense arrays
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """How a fire-spread cell is scored: the burn ``threshold`` (burnt iff ``p > threshold``),
+    ``n_bins`` calibration bins, ``n_boot`` bootstrap resamples and the interval's ``percentiles``.
+
+    >>> ScoreConfig(threshold=1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: threshold must lie in [0, 1) (burnt iff p > threshold), got 1.0
+    """
+
+    threshold: float = 0.5  # burnt iff p > threshold
+    n_bins: int = 10
+    n_boot: int = 1000
+    percentiles: tuple[float, float] = (2.5, 97.5)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.threshold < 1.0:
+            raise ValueError(f"threshold must lie in [0, 1) (burnt iff p > threshold), got {self.threshold}")
+        if self.n_bins < 1 or self.n_boot < 1:
+            raise ValueError("n_bins and n_boot must be positive")
 
 
 def map_sums(values: np.ndarray, units: np.ndarray, n_units: int) -> np.ndarray:

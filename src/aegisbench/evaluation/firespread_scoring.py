@@ -61,7 +61,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from aegisbench import metrics as M
-from aegisbench.evaluation.firespread_cells import CellStats, distinct_ranks, pool_cells
+from aegisbench.evaluation.firespread_cells import (  # noqa: F401 - ScoreConfig re-exported
+    CellStats, ScoreConfig, distinct_ranks, pool_cells)
 from aegisbench.stats import count_ratios as count_statistics
 from aegisbench.stats import multiplicities, percentile_interval, ratio, resample_indices
 
@@ -72,20 +73,6 @@ DICE_EDGES = tuple(np.round(np.arange(0, 11) / 10, 1))
 #: the per-map scores whose spread over maps is reported, as the registered ``<metric>_sd_maps``
 SD_METRICS = tuple(M.SD_MAPS.members)
 SD_NAMES = M.SD_MAPS.names
-
-
-@dataclass(frozen=True)
-class ScoreConfig:
-    threshold: float = 0.5  # burnt iff p > threshold
-    n_bins: int = 10
-    n_boot: int = 1000
-    percentiles: tuple[float, float] = (2.5, 97.5)
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.threshold < 1.0:
-            raise ValueError(f"threshold must lie in [0, 1) (burnt iff p > threshold), got {self.threshold}")
-        if self.n_bins < 1 or self.n_boot < 1:
-            raise ValueError("n_bins and n_boot must be positive")
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,14 +1,9 @@
 """One results schema, one provenance record and one writer for every track.
 
-``results/<id>/metrics.parquet`` is long format, one row per (source, config, frame,
-stratum, metric): ``submission, track, source, config, corruption, family, severity,
-metric, value, lo, hi, n`` plus the stratum columns ``t`` (forecast frame; null = not
-per frame), ``stratum`` (null for headline detection rows, ``COLUMN=value`` for those of
-``evaluate --stratify``; ``all``, ``var_z:<bin>``,
-``dice:<bin>`` for fire-spread) and ``n_units`` (bootstrap units with data; null where
-the interval's unit is the image draw of the detection tracks), and ``note``: why a row's
-value is null ("0/0", "not physical for thermal", ...; null otherwise). Every ``metric`` value
-names a registered metric (:mod:`aegisbench.metrics`).
+``results/<id>/metrics.parquet`` is the long results table, one row per (source, config,
+frame, stratum, metric), of :data:`RESULTS_SCHEMA`: the columns declared once, with their
+meanings, in :mod:`aegisbench.results_schema` (which the leaderboard reads them by). Every
+``metric`` value names a registered metric (:mod:`aegisbench.metrics`).
 
 >>> [f.name for f in RESULTS_SCHEMA][-4:]
 ['t', 'stratum', 'n_units', 'note']
@@ -34,16 +29,12 @@ from aegisbench.atomic import writing
 from aegisbench.staging import staged_dir
 from aegisbench.evaluation.version import EVALUATOR_VERSION
 from aegisbench.hashing import json_sha256
+from aegisbench.results_schema import ARROW_SCHEMA, METRICS_FILE, PROVENANCE_FILE  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
-METRICS_FILE = "metrics.parquet"
-PROVENANCE_FILE = "provenance.json"
-RESULTS_SCHEMA = pa.schema([
-    ("submission", pa.string()), ("track", pa.string()), ("source", pa.string()), ("config", pa.string()),
-    ("corruption", pa.string()), ("family", pa.string()), ("severity", pa.int64()), ("metric", pa.string()),
-    ("value", pa.float64()), ("lo", pa.float64()), ("hi", pa.float64()), ("n", pa.int64()),
-    ("t", pa.int32()), ("stratum", pa.string()), ("n_units", pa.int32()), ("note", pa.string())])
+#: the Arrow schema of every results table (:data:`aegisbench.results_schema.ARROW_SCHEMA`)
+RESULTS_SCHEMA = ARROW_SCHEMA
 
 
 def results_table(rows: list[dict]) -> pa.Table:

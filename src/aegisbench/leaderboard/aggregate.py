@@ -24,16 +24,18 @@ from aegisbench.leaderboard.machine import recorded_kernels
 from aegisbench.leaderboard.results import FAMILY_OF, Expectation, ResultEntry, Skipped
 from aegisbench.metrics import REGISTRY
 from aegisbench.metrics.declared import LABEL_MATCH_FLAG
+from aegisbench.results_schema import polars_schema
 from aegisbench.vocab import CLEAN, FAMILIES
 
 VERIFIED, SELF_REPORTED, PUBLISHED = "verified", "self-reported", "published"
 
+#: The long table: the results columns (types and meanings from :mod:`aegisbench.results_schema`)
+#: with the provenance of their submission. ``n_units`` stays in the results (the reader keeps
+#: it) but not here: a cell shows its interval, and the published leaderboard files keep their bytes.
 LONG_COLUMNS = {
-    "submission": pl.String, "name": pl.String, "model": pl.String, "team": pl.String,
-    "track": pl.String, "source": pl.String, "config": pl.String, "corruption": pl.String,
-    "family": pl.String, "severity": pl.Int64, "metric": pl.String, "value": pl.Float64,
-    "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64, "stratum": pl.String, "t": pl.Int64,
-    "note": pl.String,  # why ``value`` is null ("0/0", "not physical for thermal"); null otherwise
+    **polars_schema("submission"), "name": pl.String, "model": pl.String, "team": pl.String,
+    **polars_schema("track", "source", "config", "corruption", "family", "severity", "metric", "value", "lo", "hi",
+                    "n", "stratum", "t", "note"),
     "frozen_threshold": pl.Float64,
     "dataset_version": pl.String, "dataset_digest": pl.String, "evaluator_version": pl.String,
     "reference": pl.Boolean,  # the submission was named with ``--reference`` (the default row)

@@ -3,10 +3,11 @@ agree with their names), the provenance (bounded JSON, typed fields), a fire-spr
 ``strata.parquet``, all read from one published version of the folder (:func:`snapshot`)
 and bounded before they are decoded (:data:`~aegisbench.readers.MAX_RESULT_FILE_BYTES`,
 :data:`~aegisbench.readers.MAX_RESULT_ROWS`). :mod:`aegisbench.leaderboard.results` reads
-folders through these.
+folders through these. The metrics table is read with every column of the results schema
+(:mod:`aegisbench.results_schema`), ``n_units`` included, in its order and reader types.
 
->>> sorted(METRICS_COLUMNS)[:3]
-['config', 'corruption', 'family']
+>>> sorted(METRICS_COLUMNS)[:3], list(OPTIONAL_COLUMNS)
+(['config', 'corruption', 'family'], ['t', 'stratum', 'n_units', 'note'])
 """
 
 from __future__ import annotations
@@ -27,31 +28,23 @@ from aegisbench.corruptions import corruption_families
 from aegisbench.errors import BadInput, printable
 from aegisbench.fields import is_number
 from aegisbench.readers import MAX_RESULT_FILE_BYTES, MAX_RESULT_ROWS, MAX_ROW_BYTES, read_upto
+from aegisbench.results_schema import COLUMNS, METRICS_FILE, PROVENANCE_FILE, polars_schema, polars_type
 from aegisbench.vocab import CLEAN, TRACKS, parse_corruption_config
 
-METRICS_FILE = "metrics.parquet"
 STRATA_COLUMNS = ("stratum", "metric", "value", "lo", "hi", "n")  # what the fire-spread report reads
 ATTACHMENTS = ("calibration.png",)  # optional evaluator figures carried to the model page
-PROVENANCE_FILE = "provenance.json"
 # Disaster family of every corruption, from the corruption registry (table order). Other
 # conditions (fire-spread stochasticity, WARP levels) may name their own family.
 FAMILY_OF = corruption_families()
 
-# column -> (kind, nullable); kind is "str", "int" or "float".
-METRICS_COLUMNS = {
-    "submission": ("str", False), "track": ("str", False), "source": ("str", False),
-    "config": ("str", False), "corruption": ("str", True), "family": ("str", True),
-    "severity": ("int", False), "metric": ("str", False), "value": ("float", True),
-    "lo": ("float", True), "hi": ("float", True), "n": ("int", True),
-}
-# optional cell columns: a frame ``t`` and a ``stratum``; the headline cell has t null and
-# stratum null or "all" (the fire-spread evaluator adds per-frame and stratified rows); and
-# ``note``, why a value is null ("0/0", "not physical for thermal"); tables written before
-# it existed read as all-null
-OPTIONAL_COLUMNS = {"t": ("int", True), "stratum": ("str", True), "note": ("str", True)}
+# column -> (kind, nullable), kind "str", "int" or "float": the results schema's columns
+# (aegisbench.results_schema) a table must have, and its optional ones (a frame ``t``, a
+# ``stratum``, ``n_units``, a ``note``): a table written before one existed reads it as all-null.
+# The headline cell has t null and stratum null or "all".
+METRICS_COLUMNS = {c.name: (c.kind, c.nullable) for c in COLUMNS if c.required}
+OPTIONAL_COLUMNS = {c.name: (c.kind, c.nullable) for c in COLUMNS if not c.required}
 PROVENANCE_STRINGS = ("submission", "name", "team", "model", "track", "dataset_version",
                       "dataset_digest", "evaluator_version")
-_POLARS = {"str": pl.String, "int": pl.Int64, "float": pl.Float64}
 
 
 def _kind_ok(dtype: pl.DataType, kind: str, nullable: bool) -> bool:
@@ -76,13 +69,12 @@ def check_metrics(df: pl.DataFrame, where: str) -> pl.DataFrame:
             raise BadInput(f"column {col!r} has null values", where=where)
     for col, (kind, nullable) in OPTIONAL_COLUMNS.items():
         if col not in df.columns:
-            df = df.with_columns(pl.lit(None, dtype=_POLARS[kind]).alias(col))
+            df = df.with_columns(pl.lit(None, dtype=polars_type(kind)).alias(col))
         elif not _kind_ok(df.schema[col], kind, nullable):
             raise BadInput(f"column {col!r} has type {df.schema[col]}, expected {kind}", where=where)
     if df.height == 0:
         raise BadInput("no rows", where=where)
-    columns = {**METRICS_COLUMNS, **OPTIONAL_COLUMNS}
-    out = df.select([pl.col(c).cast(_POLARS[k]) for c, (k, _) in columns.items()])
+    out = df.select([pl.col(c).cast(t) for c, t in polars_schema().items()])  # every column, schema order
     out = out.with_columns([pl.col(c).fill_nan(None) for c in ("value", "lo", "hi")])
     out = out.with_columns(pl.when(pl.col("value").is_null()).then(pl.col("note")).otherwise(None).alias("note"))
     rows = out.with_row_index("_row")
@@ -258,9 +250,7 @@ def check_strata(df: pl.DataFrame, where: str) -> pl.DataFrame:
     missing = sorted(set(STRATA_COLUMNS) - set(df.columns))
     if missing:
         raise BadInput(f"missing columns {missing}", where=where)
-    kinds = {"stratum": pl.String, "metric": pl.String, "value": pl.Float64, "lo": pl.Float64, "hi": pl.Float64,
-             "n": pl.Int64}
-    for col, kind in kinds.items():
+    for col, kind in polars_schema(*STRATA_COLUMNS).items():
         try:
             df = df.with_columns(pl.col(col).cast(kind, strict=True))
         except Exception:  # noqa: BLE001 - any failed cast is a wrong column type

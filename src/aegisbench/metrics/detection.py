@@ -21,15 +21,17 @@ import numpy as np
 
 from aegisbench.geometry import box_area as _area
 from aegisbench.geometry import pair_iou
-from aegisbench.stats import percentile_intervals, resample_indices
+from aegisbench.stats import percentile_intervals, prf, ratio, resample_indices
 
 if TYPE_CHECKING:  # annotations only: metrics do not import the evaluation package
     from aegisbench.evaluation.matching import BatchMatch
 
+NAN = float("nan")
+
 
 def _ratio(num: float, den: float) -> float:
-    """``num / den``; NaN (undefined) when ``den`` is 0."""
-    return float(num) / float(den) if den > 0 else float("nan")
+    """``num / den``; NaN (undefined) when ``den`` is 0 (:func:`aegisbench.stats.ratio`)."""
+    return float(ratio(num, den, NAN))
 
 
 def _counts_update(state: np.ndarray | None, counts) -> np.ndarray:
@@ -41,22 +43,26 @@ def _counts_update(state: np.ndarray | None, counts) -> np.ndarray:
     return total if state is None else state + total
 
 
+def _pooled(counts, name: str) -> float:
+    """Recall, precision or F1 of the pooled integer counts: :func:`aegisbench.stats.prf`
+    (0/0: NaN)."""
+    tp, fp, fn = _counts_update(None, counts)
+    return float(prf(tp, fp, fn, NAN)[name])
+
+
 def recall(counts) -> float:
     """Pooled ``TP / (TP + FN)`` of (n, 3) or (3,) TP/FP/FN counts."""
-    tp, _, fn = _counts_update(None, counts)
-    return _ratio(tp, tp + fn)
+    return _pooled(counts, "recall")
 
 
 def precision(counts) -> float:
     """Pooled ``TP / (TP + FP)``."""
-    tp, fp, _ = _counts_update(None, counts)
-    return _ratio(tp, tp + fp)
+    return _pooled(counts, "precision")
 
 
 def f1(counts) -> float:
     """Pooled ``2 TP / (2 TP + FP + FN)``."""
-    tp, fp, fn = _counts_update(None, counts)
-    return _ratio(2 * tp, 2 * tp + fp + fn)
+    return _pooled(counts, "f1")
 
 
 # Target size bands by GT box area in pixels of the full frame, half-open [lo, hi).
