@@ -61,6 +61,7 @@ def test_every_import_resolves(graph):
     stale = [str(u) for u in graph.unresolved]
     assert not stale, "imports of aegisbench modules that do not exist:\n  " + "\n  ".join(stale)
     assert is_cli("aegisbench.cli") and is_cli("aegisbench.pipeline.commands") and not is_cli("aegisbench.pipeline")
+    assert is_cli("aegisbench.cli_options") and not is_cli("aegisbench.paths")
     assert folder_of(graph, "aegisbench.hashing") == "aegisbench" and folder_of(graph, "aegisbench.builders.build") == "builders"
 
 

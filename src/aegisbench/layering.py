@@ -4,8 +4,9 @@ A module belongs to the folder it sits in directly under the package (``aegisben
 build`` to ``builders``); the modules directly in the package belong to the base folder
 ``aegisbench``. Folders import each other without a cycle, so they stack: a folder's layer is
 one above the highest folder it imports (the base imports no folder: layer 0). Modules import
-without a cycle too. CLI modules (``aegisbench/cli.py`` and every ``commands.py``) only parse
-arguments and call the library: they may import anything, and only CLI modules import them.
+without a cycle too. CLI modules (``aegisbench/cli.py``, its shared options ``cli_options.py``
+and every ``commands.py``) only parse arguments and call the library: they may import anything,
+and only CLI modules import them.
 Only real imports count; a plug-in declared by its module name (a string) is not an import.
 
 ``python -m aegisbench.layering`` prints the layers, lowest first.
@@ -28,9 +29,13 @@ from aegisbench.importgraph import Edge, ImportGraph, import_graph
 BASE = "aegisbench"
 
 
+#: the CLI modules besides the ``commands`` ones: the command line and its shared options
+CLI_MODULES = ("aegisbench.cli", "aegisbench.cli_options")
+
+
 def is_cli(module: str) -> bool:
-    """``aegisbench.cli`` and every ``*.commands`` module."""
-    return module == "aegisbench.cli" or module.rsplit(".", 1)[-1] == "commands"
+    """:data:`CLI_MODULES` and every ``*.commands`` module."""
+    return module in CLI_MODULES or module.rsplit(".", 1)[-1] == "commands"
 
 
 def folder_of(graph: ImportGraph, module: str) -> str:

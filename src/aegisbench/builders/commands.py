@@ -17,6 +17,8 @@ from pathlib import Path
 
 import aegisbench
 from aegisbench.cli import command
+from aegisbench.cli_options import (add_dataset_option, add_executor_options, add_out_option,
+                                     add_params_option)
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.params import Params
@@ -46,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                  "aegisbench build --source-dir /data/HERIDAL --source-format voc --source heridal "
                  "--class-map person=person"])
     _common(p)
-    p.add_argument("--out", help="output repo folder (default: paths.dataset of --params)")
-    executor_args(p)
+    add_out_option(p, "output repo folder (default: paths.dataset of --params)")
+    add_executor_options(p)
     p.add_argument("--skip-sources", action="store_true", help="reuse the existing source tables as they are")
     p.add_argument("--replace", action="store_true", help="build over a repo at --out that holds sources this build "
                    "leaves out (their splits are dropped; without it such a build is refused)")
@@ -67,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "difference, one line each.",
                 ["aegisbench verify", "aegisbench verify aegisbench"])
     p.add_argument("path", nargs="?", default=DATASET, help="dataset repo folder")
-    p.add_argument("--dataset", help="with a private label repo as PATH: the public repo it must belong to")
+    add_dataset_option(p, "with a private label repo as PATH: the public repo it must belong to", default=None)
     p.add_argument("--expect", metavar="DIGEST", help="exit 2 unless the repo's dataset digest is DIGEST (64 hex; "
                    "e.g. the one released for its version, which verify names)")
     p.set_defaults(func=cmd_verify)
@@ -81,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench publish --repo-id ORG/aegisbench --dry-run",
                  "aegisbench publish --repo-id ORG/aegisbench"])
     p.add_argument("--repo-id", required=True, help="Hub dataset repo, ORG/NAME")
-    p.add_argument("--dataset", default=DATASET, help="dataset repo folder")
+    add_dataset_option(p, "dataset repo folder")
     p.add_argument("--dry-run", action="store_true", help="list exactly what would be uploaded, upload nothing")
     p.add_argument("--private", action="store_true", help="create the Hub repo as private")
     p.set_defaults(func=cmd_publish)
@@ -98,9 +100,9 @@ def _register_preview(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--source-table", action="append", type=Path, metavar="TABLE",
                    help="preview this canonical source table instead of the sources of --params (repeatable)")
-    p.add_argument("--dataset", help="preview the sources of this dataset repo (default: paths.dataset when "
-                   "built there, else the sources of --params)")
-    p.add_argument("--out", default="data/preview", help="folder for the PNGs")
+    add_dataset_option(p, "preview the sources of this dataset repo (default: paths.dataset when built there, "
+                       "else the sources of --params)", default=None)
+    add_out_option(p, "folder for the PNGs", default="data/preview")
     p.add_argument("--split", default="test", help="split of the contact sheets")
     p.add_argument("--grid", action="store_true",
                    help="also write <source>_grid.png: one frame under every corruption x severity")
@@ -113,19 +115,7 @@ def _register_preview(sub: argparse._SubParsersAction) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--params", default="params.yaml", help="params file")
-
-
-def executor_args(p: argparse.ArgumentParser,
-                  executor: str = "local (default: processes on this machine) or ray (a Ray cluster)",
-                  workers: str = "local worker processes (default build.workers); the CPUs of a local Ray "
-                                 "started for --executor ray without --ray-address") -> None:
-    """``--executor``, ``--workers``, ``--ray-address`` of every command that runs on an executor
-    (defaults: the AEGISBENCH_* variables); ``executor`` / ``workers``: the command's own words
-    for the first two."""
-    p.add_argument("--executor", metavar="{local,ray}", help=executor)
-    p.add_argument("--workers", type=int, help=workers)
-    p.add_argument("--ray-address", help="Ray cluster to join: auto or HOST:PORT (default: start a local Ray)")
+    add_params_option(p)
 
 
 def executor_of(args, default_workers: int = 1, paths=()):

@@ -28,6 +28,7 @@ from pathlib import Path
 import aegisbench
 from aegisbench.atomic import atomic_write_text
 from aegisbench.cli import command
+from aegisbench.cli_options import add_out_option, add_params_option
 from aegisbench.overlap import declare_io
 from aegisbench.corruptions.calibrate import calibrate, load_table, save_table, select_sample
 from aegisbench.corruptions.conditions import GEOMETRIES
@@ -50,7 +51,7 @@ def register(subparsers) -> None:
     p.add_argument("--source-table", required=True, type=Path, help="canonical source table (Parquet)")
     p.add_argument("--sample", required=True, type=int, help="number of images in the sample")
     p.add_argument("--fit", action="store_true", help="fit the ladder parameters")
-    p.add_argument("--out", type=Path, help="write the (fitted) severity table here (YAML)")
+    add_out_option(p, "write the (fitted) severity table here (YAML)", type=Path)
     p.add_argument("--metrics", type=Path, help="write the calibration report here (JSON)")
     p.add_argument("--table", type=Path, help="start from this severity table instead of the defaults")
     p.add_argument("--corruption", action="append", dest="corruptions", metavar="NAME",
@@ -61,8 +62,7 @@ def register(subparsers) -> None:
                    help="geometry of the corruptions (default: build.geometry of --params)")
     p.add_argument("--benchmark-version", help="version that seeds the sample (default: benchmark_version "
                    "of --params)")
-    p.add_argument("--params", default="params.yaml",
-                   help="params file (the source of the --geometry and --benchmark-version defaults)")
+    add_params_option(p, "params file (the source of the --geometry and --benchmark-version defaults)")
     p.add_argument("--rtol", type=float, default=0.02, help="tolerance of on_target and of the fit (relative, in (0, 1))")
     declare_io(p, reads={"source_table": "--source-table", "table": "--table", "params": "--params"},
                writes={"out": "--out", "metrics": "--metrics"})

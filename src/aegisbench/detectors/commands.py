@@ -12,14 +12,14 @@ import json
 import logging
 from pathlib import Path
 
-from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command, export_global_options
+from aegisbench.cli_options import (add_dataset_option, add_executor_options, add_out_option,
+                                     add_params_option)
 from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.fields import did_you_mean
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
-from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 REFERENCE_TEAM = "AegisBench reference"
@@ -62,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--classes", help="model classes (names or ids, comma-separated) that are the track's target "
                    "(person for sar, smoke for smoke); the others are dropped. Default: the class named like the "
                    "target, or a single-class model's one class")
-    p.add_argument("--out", required=True, help="the submission folder to make (e.g. submissions/my_yolo)")
+    add_out_option(p, "the submission folder to make (e.g. submissions/my_yolo)", required=True)
     _submission_args(p)
     p.add_argument("--overwrite", action="store_true", help="replace an existing submission folder")
     _executor_args(p, "the model")
@@ -93,8 +93,8 @@ def _register_warp(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--submission", metavar="DIR",  # required (checked by the command: --out, its former name, counts)
                    help="the smoke submission folder detect wrote, required: its WARP rows are added to it")
     deprecated_alias(p, "--out", "--submission")
-    p.add_argument("--params", metavar="FILE", help="read noise_levels, grid and images from its warp section "
-                   "(params.yaml); without it the defaults below")
+    add_params_option(p, "read noise_levels, grid and images from its warp section (params.yaml); without it the "
+                      "defaults below", default=None, metavar="FILE")
     p.add_argument("--only", choices=("noise", "patch"), help="run one of the two tests (default: both)")
     p.add_argument("--noise-levels", metavar="SPEC", help="noise levels a: comma-separated (0.05,0.1,0.21) or "
                    "start:stop:step, stop included (0.001:0.4:0.001 is seed 000's sweep); default 0.02..0.40 by "
@@ -114,10 +114,10 @@ def _register_warp(sub: argparse._SubParsersAction) -> None:
 
 
 def _executor_args(p: argparse.ArgumentParser, what: str) -> None:
-    executor_args(p, f"where {what} runs: local (default: this process, or --workers processes) or ray "
-                  "(Ray Data actors, one per GPU of the cluster)",
-                  "local worker processes, each with its own model (default 1: this process); the CPUs of a "
-                  "local Ray started for --executor ray")
+    add_executor_options(p, f"where {what} runs: local (default: this process, or --workers processes) or ray "
+                         "(Ray Data actors, one per GPU of the cluster)",
+                         "local worker processes, each with its own model (default 1: this process); the CPUs of "
+                         "a local Ray started for --executor ray")
 
 
 def _register_train(sub: argparse._SubParsersAction) -> None:
@@ -132,14 +132,14 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
                  "aegisbench train-reference --source synthetic_sar --out data/models/reference_sar "
                  "--source synthetic_smoke --out data/models/reference_smoke --jobs 2",
                  "aegisbench train-reference --source heridal --out data/models/heridal --epochs 5 -v"])
-    p.add_argument("--params", default="params.yaml", help="params file with a reference_detector section")
+    add_params_option(p, "params file with a reference_detector section")
     p.add_argument("--source", required=True, action="append",
                    help="source name: a params source or one built with `build --source-dir --name NAME` (its "
                    "table is <paths.sources>/<source>.parquet); repeat it, with one --out each, to train several")
     p.add_argument("--source-table", help="explicit canonical source table (overrides --source lookup; one "
                    "--source only)")
-    p.add_argument("--out", required=True, action="append",
-                   help="output folder (weights.pt, train.json), one per --source, in the same order")
+    add_out_option(p, "output folder (weights.pt, train.json), one per --source, in the same order", required=True,
+                   action="append")
     p.add_argument("--jobs", type=int, default=1, help="trainings run at the same time, one process each")
     p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
     p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
@@ -152,7 +152,7 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("detector")
     g.add_argument("--detector", required=True, metavar="{yolo,rtdetr,fasterrcnn}", help="yolo, rtdetr or fasterrcnn")
     g.add_argument("--weights", required=True, help="local trained checkpoint (.pt)")
-    p.add_argument("--dataset", default=DATASET, help="dataset repo")
+    add_dataset_option(p)
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or auto (GPU if present, else CPU)")
     g.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
     g.add_argument("--half", action="store_true", help="FP16 inference on CUDA")

@@ -20,15 +20,15 @@ import logging
 import sys
 from pathlib import Path
 
-from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command
+from aegisbench.cli_options import (add_dataset_option, add_executor_options, add_no_verify_option, add_out_option,
+                                     add_results_option)
 from aegisbench.fields import deprecated_alias, did_you_mean
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.submission import ValidationLimits
 from aegisbench.vocab import WARP_GRID
-from aegisbench.paths import DATASET
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +54,8 @@ def parse_grid(text: str | None) -> tuple[float, ...] | str | None:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("submission", help="submission folder (submission.yaml + predictions)")
-    p.add_argument("--dataset", default=DATASET, help="dataset repo")
-    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
+    add_dataset_option(p)
+    add_no_verify_option(p)
     d = ValidationLimits()
     p.add_argument("--max-dets-per-image", type=int, default=d.max_dets_per_image,
                    help="declared cap of detections per image")
@@ -85,8 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                  "aegisbench evaluate submissions/my_yolo --results results --n-resamples 200 --stratify time",
                  "aegisbench evaluate submissions/my_yolo --executor ray --ray-address auto"])
     _common(p)
-    p.add_argument("--results", default="results", metavar="DIR",
-                   help="the results folder: writes <results>/<submission id>/")
+    add_results_option(p, "the results folder: writes <results>/<submission id>/")
     deprecated_alias(p, "--out", "--results")
     from aegisbench.evaluation.threshold import TRACK_RULE
     p.add_argument("--threshold-grid", metavar="{scores,seed001,V1,V2,...}",
@@ -103,8 +102,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--labels", metavar="DIR",
                    help="the private label repo of a dataset whose test labels are withheld (default: "
                         "private/labels when it exists)")
-    executor_args(p, "local (default) or ray: where the sources of the track are scored (each source is "
-                  "independent)", "local worker processes (default 1: this process)")
+    add_executor_options(p, "local (default) or ray: where the sources of the track are scored (each source is "
+                         "independent)", "local worker processes (default 1: this process)")
     declare_io(p, reads={"submission": "submission", "dataset": "--dataset", "labels": "--labels"},
                writes={"results": "--results"})
     p.set_defaults(func=cmd_evaluate)
@@ -116,9 +115,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "re-hashed first unless --no-verify.",
                 ["aegisbench export-coco --out coco_gt",
                  "aegisbench export-coco --dataset runs/fast/aegisbench --out /tmp/coco --no-verify"])
-    p.add_argument("--dataset", default=DATASET, help="dataset repo")
-    p.add_argument("--out", required=True, help="output folder")
-    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo against its manifest")
+    add_dataset_option(p)
+    add_out_option(p, "output folder", required=True)
+    add_no_verify_option(p)
     declare_io(p, reads={"dataset": "--dataset"}, writes={"out": "--out"}, into=["out"])  # <config>.json files
     p.set_defaults(func=cmd_export_coco)
 
@@ -145,7 +144,7 @@ def _register_import_published(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--source-url", required=True, help="http(s) URL of the publication or its data")
     p.add_argument("--citation", required=True, help="how to cite it")
     p.add_argument("--date", help="date of the publication, YYYY-MM-DD")
-    p.add_argument("--results", default="results", metavar="DIR", help="the results folder: writes <results>/<id>/")
+    add_results_option(p, "the results folder: writes <results>/<id>/")
     deprecated_alias(p, "--out", "--results")
     declare_io(p, reads={"table": "table"}, writes={"results": "--results"})
     p.set_defaults(func=cmd_import_published)

@@ -11,10 +11,11 @@ import argparse
 import logging
 
 from aegisbench.cli import command
+from aegisbench.cli_options import add_dataset_option, add_out_option, add_params_option, add_results_option
 from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
-from aegisbench.paths import DATASET
+from aegisbench.paths import SUBMISSIONS
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "initial conditions, each as submissions/<name>/ for `validate` and `evaluate`.",
                 ["aegisbench firespread-baselines",
                  "aegisbench firespread-baselines --only persistence,convlstm --convlstm-steps 60 --dtype float16"])
-    p.add_argument("--dataset", default=DATASET, help="dataset repo")
-    p.add_argument("--submissions", default="submissions", metavar="DIR",
+    add_dataset_option(p)
+    p.add_argument("--submissions", default=SUBMISSIONS, metavar="DIR",
                    help="the folder of submission folders: writes <submissions>/<forecaster>/")
     deprecated_alias(p, "--out", "--submissions")
     p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "steps, final E[Z] and SD[Z], the largest SD[Z_t].",
                 ["aegisbench firespread-simulate --ic 0 --s-level 20",
                  "aegisbench firespread-simulate --ic 3 --s-level 60 --realizations 50"])
-    p.add_argument("--params", default="params.yaml", help="params file with a firespread section")
+    add_params_option(p, "params file with a firespread section")
     p.add_argument("--ic", type=int, default=0, help="initial condition index")
     p.add_argument("--s-level", type=int, default=20, help="S-Level, 0..100 (stochasticity of the spread)")
     p.add_argument("--realizations", type=int, help="ensemble size (default: firespread.realizations)")
@@ -55,9 +56,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "whole.",
                 ["aegisbench firespread-report",
                  "aegisbench firespread-report --results results --out reports/firespread"])
-    p.add_argument("--dataset", default=DATASET, help="dataset repo")
-    p.add_argument("--results", default="results", help="results folder (fire-spread results are read from it)")
-    p.add_argument("--out", default="reports/firespread", help="report folder (replaced whole)")
+    add_dataset_option(p)
+    add_results_option(p, "results folder (fire-spread results are read from it)", metavar=None)
+    add_out_option(p, "report folder (replaced whole)", default="reports/firespread")
     declare_io(p, reads={"dataset": "--dataset", "results": "--results"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_report)
 
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("tfrecords", nargs="+", help="NDWS .tfrecord files (no TensorFlow needed)")
     p.add_argument("--forecast", default="persistence",
                    help="'persistence' or a Parquet file with columns sample (int), probability (64x64)")
-    p.add_argument("--out", help="write metrics.parquet and calibration.png here")
+    add_out_option(p, "write metrics.parquet and calibration.png here")
     p.add_argument("--n-resamples", type=int, default=1000, dest="n_boot", metavar="N",
                    help="bootstrap resamples (samples)")
     deprecated_alias(p, "--n-boot", "--n-resamples")

@@ -8,8 +8,9 @@ import logging
 import sys
 
 from aegisbench.cli import command
+from aegisbench.cli_options import add_dataset_option, add_out_option, add_results_option
 from aegisbench.overlap import declare_io
-from aegisbench.paths import DATASET
+from aegisbench.paths import LEADERBOARD
 
 log = logging.getLogger("aegisbench")
 
@@ -26,10 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench leaderboard", "aegisbench leaderboard --reference reference_sar --strict",
                  "aegisbench leaderboard --metrics metrics/leaderboard.json --plots plots/severity",
                  "aegisbench leaderboard --compare committed/leaderboard.parquet   # against ./leaderboard"])
-    p.add_argument("--results", default="results", metavar="DIR", help="the results folder: reads <results>/<id>/")
-    p.add_argument("--dataset", default=DATASET,
-                   help="dataset repo whose manifest digest results must match")
-    p.add_argument("--out", default="leaderboard", help="output folder")
+    add_results_option(p, "the results folder: reads <results>/<id>/")
+    add_dataset_option(p, "dataset repo whose manifest digest results must match")
+    add_out_option(p, "output folder", default=LEADERBOARD)
     p.add_argument("--evaluator-version", default=None,
                    help="current evaluator version (default: the installed evaluator's)")
     p.add_argument("--reference", action="append", default=[], metavar="ID",
@@ -148,16 +148,15 @@ def register_export(sub: argparse._SubParsersAction) -> None:
     src = p.add_mutually_exclusive_group()
     src.add_argument("--leaderboard", default=None, metavar="PATH",
                      help="the leaderboard folder (or its leaderboard.parquet) to export (default: leaderboard)")
-    src.add_argument("--results", default=None, metavar="DIR",
-                     help="export the results folder instead (one <id>/ per submission, all scored on one dataset "
-                          "by one evaluator version; --model picks submissions)")
+    add_results_option(src, "export the results folder instead (one <id>/ per submission, all scored on one "
+                       "dataset by one evaluator version; --model picks submissions)", default=None)
     p.add_argument("--model", action="append", default=[], metavar="NAME",
                    help="only this model (its name or submission id; repeatable)")
     p.add_argument("--source", action="append", default=[], metavar="NAME", help="only this source (repeatable)")
     p.add_argument("--metric", action="append", default=[], metavar="NAME",
                    help="only this metric (a registered name such as recall; repeatable)")
-    p.add_argument("--out", type=_out, default="-", metavar="FILE",
-                   help="file to write (atomically; nothing is written on an error), - for standard output")
+    add_out_option(p, "file to write (atomically; nothing is written on an error), - for standard output",
+                   type=_out, default="-", metavar="FILE")
     p.add_argument("--private", default=None, metavar="DIR",
                    help="with --results: the project whose private/ attests its runs (verified rows; default: "
                         "the current folder, or AEGISBENCH_PRIVATE)")

@@ -14,10 +14,9 @@ import os
 import sys
 from pathlib import Path
 
-from aegisbench.builders.commands import executor_args
 from aegisbench.cli import command, export_global_options
+from aegisbench.cli_options import add_dataset_option, add_executor_options, add_no_verify_option, add_params_option
 from aegisbench.errors import BadInput
-from aegisbench.paths import DATASET
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,14 +27,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench run --fast        # a few images in runs/fast, minutes",
                  "aegisbench run               # the full benchmark",
                  "aegisbench run --executor ray --ray-address auto"])
-    p.add_argument("--params", default="params.yaml", help="params file")
+    add_params_option(p)
     p.add_argument("--fast", action="store_true",
                    help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
     p.add_argument("--fast-dir", default="runs/fast", help="scratch project of --fast")
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
                    help="dvc.yaml stages run at the same time when they do not depend on each other (1: one "
                    "plain `dvc repro`); default: the CPU count")
-    executor_args(p)
+    add_executor_options(p)
     p.set_defaults(func=cmd_run)
     for verb, summary, details, examples in (
             ("pull", "the pipeline's outputs from the DVC remote instead of rebuilding them, then verify the dataset",
@@ -51,8 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p.add_argument("--remote", default=None, help="DVC remote name; default: the project's default remote")
         p.add_argument("--jobs", type=int, default=None, help="parallel transfers (dvc's --jobs); default: dvc's")
         if verb == "pull":
-            p.add_argument("--dataset", default=DATASET, help="dataset repo to verify after the pull")
-            p.add_argument("--no-verify", action="store_true", help="skip verifying the dataset after the pull")
+            add_dataset_option(p, "dataset repo to verify after the pull")
+            add_no_verify_option(p, "skip verifying the dataset after the pull")
         p.set_defaults(func=cmd_remote, verb=verb)
 
 

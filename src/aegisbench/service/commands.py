@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 from aegisbench.cli import command
+from aegisbench.cli_options import add_no_verify_option, add_out_option, add_ray_address_option
 from aegisbench.errors import BadInput
 
 log = logging.getLogger(__name__)
+_NO_VERIFY = "do not re-hash the dataset repo at start"
 
 
 def _project(p: argparse.ArgumentParser) -> None:
@@ -31,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     _project(p)
     p.add_argument("--host", default="127.0.0.1", help="address to listen on")
     p.add_argument("--port", type=int, default=8000, help="port to listen on")
-    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo at start")
+    add_no_verify_option(p, _NO_VERIFY)
     p.set_defaults(func=cmd_serve)
 
     p = command(sub, "worker", "score queued submissions and rebuild the hosted leaderboard",
@@ -42,9 +44,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                  "aegisbench worker --project . --db postgresql://aegis@db/aegis --ray-address auto"])
     _project(p)
     p.add_argument("--processes", type=int, default=1, help="worker processes (one submission at a time each)")
-    p.add_argument("--ray-address", default=None,
-                   help="score each submission's sources on this Ray cluster (auto or HOST:PORT)")
-    p.add_argument("--no-verify", action="store_true", help="do not re-hash the dataset repo at start")
+    add_ray_address_option(p, "score each submission's sources on this Ray cluster (auto or HOST:PORT)")
+    add_no_verify_option(p, _NO_VERIFY)
     p.set_defaults(func=cmd_worker)
 
     p = command(sub, "team", "add, revoke or list the teams that may submit",
@@ -78,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                 ["aegisbench hosted-board --project runs/fast --revision 3 --out /tmp/board-3"])
     p.add_argument("--project", default=".", metavar="DIR", help="the benchmark project")
     p.add_argument("--revision", type=int, required=True, help="ledger revision (1 = the first)")
-    p.add_argument("--out", required=True, help="new folder for the rebuilt board")
+    add_out_option(p, "new folder for the rebuilt board", required=True)
     p.set_defaults(func=cmd_hosted_board)
 
 
