@@ -53,7 +53,8 @@ def write_result(root: Path, sub: str, rows: list[dict], model: str | None = Non
 
 def fake_dataset(root: Path, digest: str = DIGEST) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    (root / "manifest.json").write_text(json.dumps({"format": 2, "dataset_digest": digest}))
+    (root / "manifest.json").write_text(json.dumps({"format": 2, "benchmark_version": "0.0.0", "dataset_digest": digest,
+                                                    "files": {}, "configs": {}}))
     return root
 
 

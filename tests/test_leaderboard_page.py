@@ -137,9 +137,11 @@ def add_thermal_source(results: Path, subs=("yolo11", "frcnn")) -> None:
 def tiny_manifest(root: Path, test_images: int) -> Path:
     """A dataset folder whose manifest says how many clean test images each source has."""
     root.mkdir(parents=True, exist_ok=True)
-    splits = {src: {"rows": test_images} for src in ("sard", "heridal")} | {"sard_val": {"rows": 2}}
-    (root / "manifest.json").write_text(json.dumps({"format": 2, "dataset_digest": DIGEST,
-                                                    "configs": {"clean": {"splits": splits}}}))
+    def split(source, rows, role="test"):  # a well-formed split entry without shards (the page reads rows)
+        return {"rows": rows, "source": source, "role": role, "shards": [], "content_sha256": "0" * 64}
+    splits = {src: split(src, test_images) for src in ("sard", "heridal")} | {"sard_val": split("sard", 2, "val")}
+    (root / "manifest.json").write_text(json.dumps({"format": 2, "benchmark_version": "0.0.0", "dataset_digest": DIGEST,
+                                                    "files": {}, "configs": {"clean": {"splits": splits}}}))
     return root
 
 
