@@ -1,9 +1,11 @@
 """Field validation, once: is it a number / an integer / a flag, does it lie in its declared
 range, is it one of the choices. A leaf (imports only numpy and :mod:`aegisbench.errors`).
 
-Parameter dataclasses declare their ranges as data and check them in ``__post_init__``:
-either a table of :class:`Range` (``BOUNDS = {"sigma": Range(0.0, 10.0)}`` and
-``check_fields(self, BOUNDS)``), or one call per field. ``error`` picks the exception:
+Parameter dataclasses declare each parameter once, in its field (:func:`aegisbench.schema.param`:
+type, bounds, unit, doc), and derive their one ``__post_init__`` from
+:class:`aegisbench.schema.Declared`, which checks the fields with these functions;
+:func:`check_fields` with a table of :class:`Range` remains for dataclasses not yet declared
+that way. ``error`` picks the exception:
 ``ValueError`` (programming input; a type problem raises ``TypeError``) or
 :class:`~aegisbench.errors.BadInput` (user input; ``where`` is the value's location:
 file and field, or a CLI flag).
@@ -68,7 +70,7 @@ class FieldTypeError(FieldError, TypeError):
     """A field value of the wrong type (a ``TypeError`` and a :class:`FieldError`)."""
 
 
-def _fail(error: type, wrong_type: bool, name: str, where: str | None, message: str) -> Exception:
+def field_error(error: type, wrong_type: bool, name: str, where: str | None, message: str) -> Exception:
     """``BadInput`` located at ``where`` (the full location of the value: file and field,
     or a CLI flag; ``name`` when not given); ``ValueError`` gives a :class:`FieldError`
     (:class:`FieldTypeError` for a wrong type) with ``name`` leading the message."""
@@ -79,7 +81,7 @@ def _fail(error: type, wrong_type: bool, name: str, where: str | None, message: 
     return error(f"{name} {message}")
 
 
-def _range_text(lo, hi, lo_open: bool, hi_open: bool, integer: bool = False) -> str:
+def range_text(lo, hi, lo_open: bool, hi_open: bool, integer: bool = False) -> str:
     """``must lie in [lo, hi]`` (or ``must be [an integer] >= lo`` with one bound)."""
     kind = "an integer " if integer else ""
     if hi is None and lo is not None:
@@ -101,9 +103,9 @@ def check_int(v: Any, name: str, lo: int | None = None, hi: int | None = None, *
               error: type = ValueError, where: str | None = None) -> int:
     """``v`` as an int, refusing bools, non-integers and values outside ``[lo, hi]``."""
     if not is_int(v):
-        raise _fail(error, True, name, where, f"must be an integer, got {v!r}")
+        raise field_error(error, True, name, where, f"must be an integer, got {v!r}")
     if not _in_range(v, lo, hi, False, False):
-        raise _fail(error, False, name, where, f"{_range_text(lo, hi, False, False, True)}, got {v}")
+        raise field_error(error, False, name, where, f"{range_text(lo, hi, False, False, True)}, got {v}")
     return int(v)
 
 
@@ -113,16 +115,15 @@ def check_float(v: Any, name: str, lo: float | None = None, hi: float | None = N
     """``v`` as a float: a finite number (bools refused) inside the range; an open end
     excludes its bound."""
     if not is_number(v):
-        raise _fail(error, True, name, where, f"must be a number, got {v!r}")
+        raise field_error(error, True, name, where, f"must be a number, got {v!r}")
     if not math.isfinite(v) or not _in_range(v, lo, hi, lo_open, hi_open):
-        raise _fail(error, False, name, where,
-                    f"{_range_text(lo, hi, lo_open, hi_open)}, got {v}")
+        raise field_error(error, False, name, where, f"{range_text(lo, hi, lo_open, hi_open)}, got {v}")
     return float(v)
 
 
 def check_bool(v: Any, name: str, *, error: type = ValueError, where: str | None = None) -> bool:
     if not isinstance(v, bool):
-        raise _fail(error, True, name, where, f"must be true or false, got {v!r}")
+        raise field_error(error, True, name, where, f"must be true or false, got {v!r}")
     return v
 
 
@@ -150,7 +151,7 @@ def check_choice(v: Any, name: str, choices: Collection, *, error: type = ValueE
     aegisbench.fields.FieldError: format must be one of ('voc', 'yolo'), got 'ylo' (did you mean 'yolo'?)
     """
     if v not in choices:
-        raise _fail(error, False, name, where, f"must be one of {tuple(choices)}, got {v!r}{did_you_mean(v, choices)}")
+        raise field_error(error, False, name, where, f"must be one of {tuple(choices)}, got {v!r}{did_you_mean(v, choices)}")
     return v
 
 

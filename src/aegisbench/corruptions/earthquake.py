@@ -33,10 +33,7 @@ True
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import ClassVar
 
 import cv2
 import numpy as np
@@ -46,37 +43,21 @@ from aegisbench.corruptions.optics import (
     upsample,
 )
 from aegisbench.corruptions.registry import corruption
-from aegisbench.fields import check_fields
+from aegisbench.schema import Declared, param
 from aegisbench.vocab import RGB
 
 
 @dataclass(frozen=True)
-class DustHazeParams:
-    optical_depth: float = 1.0   #: mean optical depth (ladder parameter)
-    patchiness: float = 0.4      #: log-SD of the optical depth (lognormal, mean 1)
-    patch_px: float = 60.0       #: dust patch feature size, px per 1000 px
-    airlight_r: float = 0.60     #: brown mineral airlight, linear RGB
-    airlight_g: float = 0.42
-    airlight_b: float = 0.24
-    angstrom: float = 0.2
-    grain: float = 0.06          #: near-lens grain optical depth per unit z
-    grain_px: float = 4.0        #: grain size, px per 1000 px
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "optical_depth": (0.0, 8.0),
-        "patchiness": (0.0, 3.0),
-        "patch_px": (1.0, 5000.0),
-        "airlight_r": (0.0, 1.0),
-        "airlight_g": (0.0, 1.0),
-        "airlight_b": (0.0, 1.0),
-        "angstrom": (0.0, 4.0),
-        "grain": (0.0, 4.0),
-        "grain_px": (0.1, 100.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class DustHazeParams(Declared, coerce=True):
+    optical_depth: float = param(1.0, lo=0.0, hi=8.0, doc="mean optical depth (ladder parameter)")
+    patchiness: float = param(0.4, lo=0.0, hi=3.0, doc="log-SD of the optical depth (lognormal, mean 1)")
+    patch_px: float = param(60.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="dust patch feature size")
+    airlight_r: float = param(0.60, lo=0.0, hi=1.0, unit="linear", doc="brown mineral airlight, red")
+    airlight_g: float = param(0.42, lo=0.0, hi=1.0, unit="linear", doc="brown mineral airlight, green")
+    airlight_b: float = param(0.24, lo=0.0, hi=1.0, unit="linear", doc="brown mineral airlight, blue")
+    angstrom: float = param(0.2, lo=0.0, hi=4.0, doc="Angstrom exponent of the dust")
+    grain: float = param(0.06, lo=0.0, hi=4.0, doc="near-lens grain optical depth per unit z")
+    grain_px: float = param(4.0, lo=0.1, hi=100.0, unit="px per 1000 px", doc="grain size")
 
 
 @corruption("dust_haze", family="earthquake", params=DustHazeParams,

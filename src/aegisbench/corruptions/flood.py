@@ -39,10 +39,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import ClassVar
 
 import cv2
 import numpy as np
@@ -52,33 +49,20 @@ from aegisbench.corruptions.optics import (
     uniform_u32, upsample,
 )
 from aegisbench.corruptions.registry import corruption
-from aegisbench.fields import check_fields
+from aegisbench.schema import Declared, param
 from aegisbench.vocab import RGB, THERMAL
 
 
 @dataclass(frozen=True)
-class WaterGlareParams:
-    coverage: float = 0.01      #: expected fraction of the frame under glint cores (ladder)
-    core_px: float = 3.0        #: core size, px per 1000 px
-    bloom_px: float = 4.0       #: bloom Gaussian sigma, px per 1000 px
-    bloom: float = 0.6          #: bloom peak of an isolated core (linear radiance)
-    intensity: float = 1.6      #: core radiance (>= 1 clips)
-    zone_px: float = 250.0      #: size of glitter zones, px per 1000 px
-    clustering: float = 1.0     #: log-normal sigma of the zone field
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "coverage": (0.0, 1.0),
-        "core_px": (0.1, 100.0),
-        "bloom_px": (0.0, 200.0),
-        "bloom": (0.0, 10.0),
-        "intensity": (0.0, 10.0),
-        "zone_px": (1.0, 5000.0),
-        "clustering": (0.0, 3.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class WaterGlareParams(Declared, coerce=True):
+    coverage: float = param(0.01, lo=0.0, hi=1.0, unit="fraction",
+                            doc="expected fraction of the frame under glint cores (ladder parameter)")
+    core_px: float = param(3.0, lo=0.1, hi=100.0, unit="px per 1000 px", doc="core size")
+    bloom_px: float = param(4.0, lo=0.0, hi=200.0, unit="px per 1000 px", doc="bloom Gaussian sigma")
+    bloom: float = param(0.6, lo=0.0, hi=10.0, unit="linear", doc="bloom peak of an isolated core")
+    intensity: float = param(1.6, lo=0.0, hi=10.0, unit="linear", doc="core radiance (>= 1 clips)")
+    zone_px: float = param(250.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="size of glitter zones")
+    clustering: float = param(1.0, lo=0.0, hi=3.0, doc="log-normal sigma of the zone field")
 
 
 @corruption("water_glare", family="flood", params=WaterGlareParams,
@@ -119,28 +103,17 @@ def _screen_table() -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class TurbidityCastParams:
-    turbidity: float = 0.4      #: mean blend weight of the mud colour (ladder parameter)
-    chroma: float = 0.5         #: pull of the scene light toward the mud chromaticity
-    mud_r: float = 0.30         #: mud colour, linear RGB
-    mud_g: float = 0.22
-    mud_b: float = 0.11
-    patchiness: float = 0.25    #: relative spatial std of the turbidity
-    plume_px: float = 300.0     #: sediment plume size, px per 1000 px
+class TurbidityCastParams(Declared, coerce=True):
+    turbidity: float = param(0.4, lo=0.0, hi=1.0,
+                             doc="mean blend weight of the mud colour (ladder parameter)")
+    chroma: float = param(0.5, lo=0.0, hi=1.0, doc="pull of the scene light toward the mud chromaticity")
+    mud_r: float = param(0.30, lo=0.0, hi=1.0, unit="linear", doc="mud colour, red")
+    mud_g: float = param(0.22, lo=0.0, hi=1.0, unit="linear", doc="mud colour, green")
+    mud_b: float = param(0.11, lo=0.0, hi=1.0, unit="linear", doc="mud colour, blue")
+    patchiness: float = param(0.25, lo=0.0, hi=3.0, doc="relative spatial std of the turbidity")
+    plume_px: float = param(300.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="sediment plume size")
 
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "turbidity": (0.0, 1.0),
-        "chroma": (0.0, 1.0),
-        "mud_r": (0.0, 1.0),
-        "mud_g": (0.0, 1.0),
-        "mud_b": (0.0, 1.0),
-        "patchiness": (0.0, 3.0),
-        "plume_px": (1.0, 5000.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+    def cross_check(self) -> None:
         if self.mud_r + self.mud_g + self.mud_b <= 0:
             raise ValueError("TurbidityCastParams: mud colour must not be black")
 
@@ -174,32 +147,17 @@ def _turbidity_table(mud: tuple[float, float, float], chroma: float) -> np.ndarr
 
 
 @dataclass(frozen=True)
-class InundationParams:
-    coverage: float = 0.2       #: fraction of the frame under water (ladder parameter)
-    opacity: float = 0.85       #: opacity of the murky water
-    water_r: float = 0.085      #: murky water radiance, linear RGB
-    water_g: float = 0.080
-    water_b: float = 0.050
-    pool_px: float = 250.0      #: size of water bodies, px per 1000 px
-    edge: float = 0.15          #: shoreline softness, in std of the coverage field
-    ripple: float = 0.25        #: bound on the relative ripple modulation
-    ripple_px: float = 12.0     #: ripple wavelength, px per 1000 px
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "coverage": (0.0, 1.0),
-        "opacity": (0.0, 1.0),
-        "water_r": (0.0, 1.0),
-        "water_g": (0.0, 1.0),
-        "water_b": (0.0, 1.0),
-        "pool_px": (1.0, 5000.0),
-        "edge": (1e-3, 10.0),
-        "ripple": (0.0, 1.0),
-        "ripple_px": (0.5, 1000.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class InundationParams(Declared, coerce=True):
+    coverage: float = param(0.2, lo=0.0, hi=1.0, unit="fraction",
+                            doc="fraction of the frame under water (ladder parameter)")
+    opacity: float = param(0.85, lo=0.0, hi=1.0, doc="opacity of the murky water")
+    water_r: float = param(0.085, lo=0.0, hi=1.0, unit="linear", doc="murky water radiance, red")
+    water_g: float = param(0.080, lo=0.0, hi=1.0, unit="linear", doc="murky water radiance, green")
+    water_b: float = param(0.050, lo=0.0, hi=1.0, unit="linear", doc="murky water radiance, blue")
+    pool_px: float = param(250.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="size of water bodies")
+    edge: float = param(0.15, lo=1e-3, hi=10.0, unit="SD of the coverage field", doc="shoreline softness")
+    ripple: float = param(0.25, lo=0.0, hi=1.0, doc="bound on the relative ripple modulation")
+    ripple_px: float = param(12.0, lo=0.5, hi=1000.0, unit="px per 1000 px", doc="ripple wavelength")
 
 
 @corruption("inundation", family="flood", params=InundationParams,

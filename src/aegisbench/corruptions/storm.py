@@ -44,10 +44,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import ClassVar
 
 import cv2
 import numpy as np
@@ -57,35 +54,21 @@ from aegisbench.corruptions.optics import (
     luminance_normalised, tabulate, uniform_bytes, upsample,
 )
 from aegisbench.corruptions.registry import corruption
-from aegisbench.fields import check_fields
+from aegisbench.schema import Declared, param
 from aegisbench.vocab import RGB, THERMAL
 
 _DECODE_U16 = decode_lut(dtype=np.uint16)
 
 
 @dataclass(frozen=True)
-class RainStreaksParams:
-    density: float = 400.0      #: streaks per 1000 x 1000 px (ladder parameter)
-    length_px: float = 40.0     #: mean streak length, px per 1000 px
-    width_px: float = 1.2       #: streak width, px per 1000 px
-    tilt_deg: float = 20.0      #: maximum wind tilt from vertical, degrees
-    brightness: float = 0.3     #: added linear radiance of a streak core
-    veil: float = 0.12          #: veil strength 1 - t
-    airlight: float = 0.55      #: grey airlight of the rain volume, linear
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "density": (0.0, 1e5),
-        "length_px": (0.5, 1000.0),
-        "width_px": (0.1, 100.0),
-        "tilt_deg": (0.0, 80.0),
-        "brightness": (0.0, 4.0),
-        "veil": (0.0, 1.0),
-        "airlight": (0.0, 1.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class RainStreaksParams(Declared, coerce=True):
+    density: float = param(400.0, lo=0.0, hi=1e5, unit="per 1000 x 1000 px", doc="streak density (ladder parameter)")
+    length_px: float = param(40.0, lo=0.5, hi=1000.0, unit="px per 1000 px", doc="mean streak length")
+    width_px: float = param(1.2, lo=0.1, hi=100.0, unit="px per 1000 px", doc="streak width")
+    tilt_deg: float = param(20.0, lo=0.0, hi=80.0, unit="deg", doc="maximum wind tilt from vertical")
+    brightness: float = param(0.3, lo=0.0, hi=4.0, unit="linear", doc="added radiance of a streak core")
+    veil: float = param(0.12, lo=0.0, hi=1.0, doc="veil strength 1 - t")
+    airlight: float = param(0.55, lo=0.0, hi=1.0, unit="linear", doc="grey airlight of the rain volume")
 
 
 @corruption("rain_streaks", family="storm", params=RainStreaksParams,
@@ -133,16 +116,9 @@ def _rain_table(veil: float, airlight: float, brightness: float) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class MotionBlurParams:
-    length: float = 15.0        #: kernel length, px per 1000 px (ladder parameter)
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "length": (0.0, 500.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class MotionBlurParams(Declared, coerce=True):
+    length: float = param(15.0, lo=0.0, hi=500.0, unit="px per 1000 px",
+                          doc="kernel length (ladder parameter)")
 
 
 @corruption("motion_blur", family="storm", params=MotionBlurParams,
@@ -300,24 +276,15 @@ def _banded_box(canvas: np.ndarray, ksize: tuple[int, int], reach: int, inv: np.
 
 
 @dataclass(frozen=True)
-class LowLightParams:
-    stops: float = 3.0          #: exposure loss in stops, gain 2^-stops (ladder parameter)
-    shot_noise: float = 0.035   #: shot-noise variance per unit linear signal (1 / electrons at 1.0)
-    read_noise: float = 0.024   #: signal-independent noise SD, linear units (read + dark + ADC)
-    wb_r: float = 0.92          #: twilight white balance, red gain (luminance-normalised)
-    wb_b: float = 1.06          #: twilight white balance, blue gain (luminance-normalised)
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "stops": (0.0, 10.0),
-        "shot_noise": (0.0, 1.0),
-        "read_noise": (0.0, 0.5),
-        "wb_r": (0.5, 2.0),
-        "wb_b": (0.5, 2.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class LowLightParams(Declared, coerce=True):
+    stops: float = param(3.0, lo=0.0, hi=10.0, unit="stops",
+                         doc="exposure loss, gain 2^-stops (ladder parameter)")
+    shot_noise: float = param(0.035, lo=0.0, hi=1.0, unit="per unit linear signal",
+                              doc="shot-noise variance (1 / electrons at 1.0)")
+    read_noise: float = param(0.024, lo=0.0, hi=0.5, unit="linear",
+                              doc="signal-independent noise SD (read + dark + ADC)")
+    wb_r: float = param(0.92, lo=0.5, hi=2.0, doc="twilight white balance, red gain (luminance-normalised)")
+    wb_b: float = param(1.06, lo=0.5, hi=2.0, doc="twilight white balance, blue gain (luminance-normalised)")
 
 
 @corruption("low_light", family="storm", params=LowLightParams,

@@ -46,8 +46,9 @@ import numpy as np
 from aegisbench.corruptions.optics import check_image, fbm_grid
 from aegisbench.corruptions.registry import perturbation
 from aegisbench.errors import BadInput
-from aegisbench.fields import FieldError, check_float, check_int, is_int
+from aegisbench.fields import check_int, is_int
 from aegisbench.hashing import rng_for
+from aegisbench.schema import Declared, param
 from aegisbench.vocab import CLOUD_PATCH, MODALITIES, WARP, WARP_FAMILY, WARP_GRID, WARP_NOISE, \
     parse_warp_noise_config, warp_noise_config
 
@@ -62,16 +63,10 @@ _LIGHT = np.array([-0.35, -0.65, 0.67]) / np.linalg.norm([-0.35, -0.65, 0.67])  
 
 
 @dataclass(frozen=True)
-class WarpNoiseParams:
+class WarpNoiseParams(Declared, where=WARP_NOISE):
     """The WARP global noise level ``a`` in [0, 1] (seed 000 sweeps 0..0.4)."""
 
-    a: float = 0.0
-
-    def __post_init__(self) -> None:
-        try:
-            check_float(self.a, "a", 0.0, 1.0)
-        except FieldError as exc:
-            raise BadInput(f"noise level a {exc.detail}", where=WARP_NOISE) from None
+    a: float = param(0.0, lo=0.0, hi=1.0, doc="noise level: x' = (1 - a) x + a sigma r")
 
 
 @perturbation(WARP_NOISE, kind=WARP, family=WARP_FAMILY, params=WarpNoiseParams, modalities=MODALITIES,
@@ -280,20 +275,17 @@ def cloud_patch_variants(image: np.ndarray, grid: int = WARP_GRID, patch=None, *
 
 
 @dataclass(frozen=True)
-class CloudPatchParams:
+class CloudPatchParams(Declared, where=CLOUD_PATCH):
     """One slot of the WARP patch grid: ``position = row * grid + col``; ``patch_px`` is
     the sprite side in pixels (None: 25 px per 640 px of the longer image side)."""
 
-    position: int = 0
-    grid: int = WARP_GRID
-    patch_px: int | None = None
+    position: int = param(0, lo=0, doc="grid slot, row * grid + col (below grid**2)")
+    grid: int = param(WARP_GRID, lo=1, unit="slots per side", doc="side of the patch grid")
+    patch_px: int | None = param(None, type=int, lo=1, unit="px", doc="sprite side (none: 25 px per 640 px)")
 
-    def __post_init__(self) -> None:
-        check_int(self.grid, "grid", lo=1, error=BadInput, where=f"{CLOUD_PATCH}.grid")
+    def cross_check(self) -> None:
         check_int(self.position, "position", 0, self.grid * self.grid - 1, error=BadInput,
                   where=f"{CLOUD_PATCH}.position")
-        if self.patch_px is not None:
-            check_int(self.patch_px, "patch_px", lo=1, error=BadInput, where=f"{CLOUD_PATCH}.patch_px")
 
 
 @perturbation(CLOUD_PATCH, kind=WARP, family=WARP_FAMILY, params=CloudPatchParams, modalities=MODALITIES,

@@ -30,10 +30,7 @@ for the ladder statistics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import ClassVar
 
 import numpy as np
 
@@ -41,29 +38,17 @@ from aegisbench.corruptions.optics import (
     haze_transmission, illuminant_colour, illuminant_gains, koschmieder, transmission_field,
 )
 from aegisbench.corruptions.registry import corruption
-from aegisbench.fields import check_fields
+from aegisbench.schema import Declared, param
 from aegisbench.vocab import RGB
 
 
 @dataclass(frozen=True)
-class SmokeHazeParams:
-    optical_depth: float = 1.0   #: mean optical depth tau (ladder parameter)
-    patchiness: float = 0.35     #: relative spatial std of tau
-    plume_px: float = 150.0      #: plume feature size, px per 1000 px
-    airlight: float = 0.62       #: neutral grey airlight, linear
-    angstrom: float = 1.3        #: Angstrom exponent of smoke aerosol
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "optical_depth": (0.0, 8.0),
-        "patchiness": (0.0, 3.0),
-        "plume_px": (1.0, 5000.0),
-        "airlight": (0.0, 1.0),
-        "angstrom": (0.0, 4.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class SmokeHazeParams(Declared, coerce=True):
+    optical_depth: float = param(1.0, lo=0.0, hi=8.0, doc="mean optical depth tau (ladder parameter)")
+    patchiness: float = param(0.35, lo=0.0, hi=3.0, doc="relative spatial std of tau")
+    plume_px: float = param(150.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="plume feature size")
+    airlight: float = param(0.62, lo=0.0, hi=1.0, unit="linear", doc="neutral grey airlight")
+    angstrom: float = param(1.3, lo=0.0, hi=4.0, doc="Angstrom exponent of smoke aerosol")
 
 
 @corruption("smoke_haze", family="wildfire", params=SmokeHazeParams,
@@ -86,28 +71,16 @@ def smoke_haze(image: np.ndarray, rng: np.random.Generator, p: SmokeHazeParams,
 
 
 @dataclass(frozen=True)
-class FireWarmTintParams:
-    cct_k: float = 2500.0        #: fire-light colour temperature, K (ladder parameter)
-    adaptation: float = 0.6      #: fraction of the illuminant shift left uncorrected
-    optical_depth: float = 0.4   #: mean optical depth of the warm haze
-    patchiness: float = 0.3
-    plume_px: float = 200.0      #: px per 1000 px
-    airlight: float = 0.55       #: brightness of the fire-lit airlight (max channel), linear
-    angstrom: float = 1.0
-
-    #: declared physical range of every parameter (validated; fits stay inside)
-    BOUNDS: ClassVar[Mapping[str, tuple[float, float]]] = MappingProxyType({
-        "cct_k": (800.0, 20000.0),
-        "adaptation": (0.0, 1.0),
-        "optical_depth": (0.0, 8.0),
-        "patchiness": (0.0, 3.0),
-        "plume_px": (1.0, 5000.0),
-        "airlight": (0.0, 1.0),
-        "angstrom": (0.0, 4.0),
-    })
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, coerce=True)
+class FireWarmTintParams(Declared, coerce=True):
+    cct_k: float = param(2500.0, lo=800.0, hi=20000.0, unit="K",
+                         doc="fire-light colour temperature (ladder parameter)")
+    adaptation: float = param(0.6, lo=0.0, hi=1.0, doc="fraction of the illuminant shift left uncorrected")
+    optical_depth: float = param(0.4, lo=0.0, hi=8.0, doc="mean optical depth of the warm haze")
+    patchiness: float = param(0.3, lo=0.0, hi=3.0, doc="relative spatial std of the optical depth")
+    plume_px: float = param(200.0, lo=1.0, hi=5000.0, unit="px per 1000 px", doc="plume feature size")
+    airlight: float = param(0.55, lo=0.0, hi=1.0, unit="linear",
+                            doc="brightness of the fire-lit airlight (max channel)")
+    angstrom: float = param(1.0, lo=0.0, hi=4.0, doc="Angstrom exponent of the haze")
 
 
 @corruption("fire_warm_tint", family="wildfire", params=FireWarmTintParams,
