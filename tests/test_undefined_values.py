@@ -228,7 +228,8 @@ def test_not_physical_rows_are_one_note_per_source(tmp_path):
         ("clean", "recall", 0.5, 0.4, 0.6, None), ("water_glare_s1", "recall", None, None, None, None)], note=False)
     data = tmp_path / "data"
     data.mkdir()
-    (data / "manifest.json").write_text(json.dumps({"format": 2, "dataset_digest": DIGEST}))
+    (data / "manifest.json").write_text(json.dumps({"format": 2, "benchmark_version": "0.0.0", "dataset_digest": DIGEST,
+                                                    "files": {}, "configs": {}}))
     rep = build_leaderboard(tmp_path / "results", data, tmp_path / "lb", evaluator_version=EV,
                             metrics=tmp_path / "m.json", plots=tmp_path / "plots")
     assert rep.merged == ("irnet", "older") and not rep.skipped

@@ -16,7 +16,6 @@ are read from one published version of it, even while a writer swaps in a new on
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -27,6 +26,7 @@ from pathlib import Path
 import polars as pl
 
 from aegisbench.atomic import recover_dir
+from aegisbench.dataset.manifest import MANIFEST, load_manifest
 from aegisbench.errors import BadInput, printable
 from aegisbench.leaderboard.result_files import (  # noqa: F401 - read here and re-exported
     ATTACHMENTS,
@@ -251,30 +251,23 @@ def _relative_reason(exc: BadInput, folder: Path) -> str:
 
 
 def current_dataset_digest(dataset_dir: str | Path) -> str:
-    """The ``dataset_digest`` of the dataset repo's manifest.json."""
-    path = Path(dataset_dir) / "manifest.json"
-    if not path.is_file():
+    """The ``dataset_digest`` of the dataset repo's manifest (read by the one manifest reader,
+    :func:`aegisbench.dataset.manifest.load_manifest`)."""
+    if not (Path(dataset_dir) / MANIFEST).is_file():
         raise BadInput("no manifest.json: cannot tell current results from stale ones",
                        where=str(dataset_dir))
-    try:
-        digest = json.loads(path.read_text(encoding="utf-8")).get("dataset_digest")
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise BadInput(f"malformed manifest ({exc})", where=str(path)) from None
-    if not isinstance(digest, str) or not digest:
-        raise BadInput("manifest has no dataset_digest", where=str(path))
-    return digest
+    return load_manifest(dataset_dir)["dataset_digest"]
 
 
 def test_images(dataset_dir: str | Path) -> dict[str, int]:
     """Clean test images per detection source of the dataset repo (its manifest's ``clean``
-    config; ``<source>_val`` splits left out); empty when the manifest declares no configs."""
-    path = Path(dataset_dir) / "manifest.json"
+    config; ``<source>_val`` splits left out); empty when there is no readable manifest or it
+    declares no clean config."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        splits = doc["configs"][CLEAN]["splits"]
-        return {name: int(info["rows"]) for name, info in sorted(splits.items()) if not name.endswith("_val")}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        splits = load_manifest(dataset_dir)["configs"].get(CLEAN, {}).get("splits", {})
+    except BadInput:
         return {}
+    return {name: int(info["rows"]) for name, info in sorted(splits.items()) if not name.endswith("_val")}
 
 
 def current_evaluator_version() -> str:
