@@ -1,6 +1,6 @@
 """One declared-parameter schema (aegisbench.schema): every parameter dataclass of the corruption
-families declares each field once (type, bounds, default, unit, doc) and is checked by one
-__post_init__."""
+families, the fire-spread section, the fire-spread model and the reference detector's recipe
+declares each field once (type, bounds, default, unit, doc) and is checked by one __post_init__."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import pytest
 
 import aegisbench.corruptions  # noqa: F401  (registers every family)
 from aegisbench.corruptions.registry import get_spec, names
+from aegisbench.detectors.reference import ReferenceParams
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, FieldTypeError
+from aegisbench.firespread.model import SeedModel
+from aegisbench.params.firespread import FirespreadParams, ForecastParams
 from aegisbench.schema import Declared, describe, main, param, param_of, parameter_lines
 
 
@@ -124,3 +127,63 @@ def test_corruption_parameters_still_coerce_and_refuse_as_before():
     image = np.full((8, 8, 3), 100, np.uint8)
     with pytest.raises(BadInput, match=r"^cloud_patch.position: must lie in \[0, 24\], got 25$"):
         get_spec("cloud_patch", kind="warp").fn(image, np.random.default_rng(0), position=25, grid=5)
+
+
+def test_the_fire_spread_physics_is_declared_once():
+    shared = ("q_threshold", "i_seed", "q_die", "ember_ticks", "max_steps")
+    assert tuple(f.name for f in dataclasses.fields(SeedModel)) == shared
+    for name in shared:
+        assert SeedModel.BOUNDS[name] == FirespreadParams.BOUNDS[name]
+        assert getattr(SeedModel(), name) == getattr(FirespreadParams(), name)
+    assert FirespreadParams.BOUNDS["max_steps"] == (1, 32000)  # the tighter of the two former rules
+    with pytest.raises(FieldError, match=r"^SeedModel.max_steps must lie in \[1, 32000\], got 32766$"):
+        SeedModel(max_steps=32766)
+    with pytest.raises(BadInput, match=r"^params.yaml: firespread.max_steps: must lie in \[1, 32000\]"):
+        FirespreadParams(max_steps=32766)
+
+
+def test_the_fire_spread_listing_gives_units(capsys):
+    assert main(["aegisbench.params.firespread", "aegisbench.firespread.model"]) == 0
+    out = capsys.readouterr().out
+    assert "aegisbench.params.firespread.FirespreadParams\n" in out and "aegisbench.firespread.model.SeedModel\n" in out
+    assert out.count("  max_steps: int = 2000, in [1, 32000] ticks -- ") == 2
+
+
+@pytest.mark.parametrize("raw, where, fragment", [
+    ({"grid": [2, 24]}, "firespread.grid", "must lie in [3, 4096], got 2"),
+    ({"ember_ticks": True}, "firespread.ember_ticks", "must be an integer, got True"),
+    ({"forest_density": 0.0}, "firespread.forest_density", "must lie in (0.0, 1.0], got 0.0"),
+    ({"s_levels": [10, 5]}, "firespread.s_levels", "must be strictly increasing"),
+    ({"s_levels": []}, "firespread.s_levels", "needs at least one S-level"),
+    ({"test_initial_conditions": [12]}, "firespread.test_initial_conditions", "must lie in [0, 9], got 12"),
+    ({"forecast": {"threshold": 1.0}}, "firespread.forecast.threshold", "must lie in [0.0, 1.0), got 1.0"),
+    ({"forecast": {"ece_bins": 0}}, "firespread.forecast.ece_bins", "must lie in [1, 1000], got 0"),
+])
+def test_firespread_section_refusals_name_the_key(raw, where, fragment):
+    with pytest.raises(BadInput) as err:
+        FirespreadParams.from_dict(raw)
+    assert err.value.where == f"params.yaml: {where}" and fragment in err.value.message
+
+
+def test_integers_given_for_floats_stay_as_given_where_they_are_hashed():
+    p = FirespreadParams.from_dict({"q_threshold": 5})
+    assert p.to_dict()["q_threshold"] == 5 and type(p.q_threshold) is int
+    assert ForecastParams(threshold=0).threshold == 0
+
+
+@pytest.mark.parametrize("raw, where, fragment", [
+    ({"imgsz": 16}, "reference_detector.imgsz", "must be an integer >= 32, got 16"),
+    ({"crop": None}, None, None),
+    ({"lr0": 1.0}, "reference_detector.lr0", "must lie in (0.0, 1.0), got 1.0"),
+    ({"optimizer": "adamw"}, "reference_detector.optimizer", "must be one of"),
+    ({"onednn": 1}, "reference_detector.onednn", "must be true or false, got 1"),
+    ({"epochs": 2.0}, "reference_detector.epochs", "must be an integer, got 2.0"),
+    ({"model": "net.pt"}, "reference_detector", "model must be an Ultralytics model YAML"),
+])
+def test_reference_recipe_refusals_name_the_key(raw, where, fragment):
+    if where is None:
+        assert ReferenceParams.from_dict(raw).crop is None
+        return
+    with pytest.raises(BadInput) as err:
+        ReferenceParams.from_dict(raw)
+    assert err.value.where == f"params.yaml: {where}" and fragment in err.value.message

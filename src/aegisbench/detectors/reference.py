@@ -37,60 +37,51 @@ from aegisbench import isa
 from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
-from aegisbench.fields import Range, check_bool, check_choice, check_fields
 from aegisbench.detectors.checkpoint import portable_checkpoint
 from aegisbench.hashing import file_sha256, json_sha256, rng_for
 from aegisbench.kernels import describe as describe_kernels, portable
+from aegisbench.schema import Declared, param
 
 log = logging.getLogger(__name__)
 
 OPTIMIZERS = ("SGD", "Adam", "AdamW", "NAdam", "RAdam", "RMSProp", "auto")
-_COUNT, _FRACTION = Range(0, None, integer=True), Range(0.0, 1.0)
-#: declared range of every numeric field of :class:`ReferenceParams` (None allowed where optional)
-_BOUNDS = {
-    "imgsz": Range(32, None, integer=True), "crops_per_object": _COUNT, "negatives_per_image": _COUNT,
-    "epochs": Range(1, None, integer=True), "batch": Range(1, None, integer=True), "seed": _COUNT,
-    "close_mosaic": _COUNT, "crop": Range(32, None, integer=True, optional=True),
-    "threads": Range(1, None, integer=True, optional=True), "max_images": Range(1, None, integer=True, optional=True),
-    "warmup_epochs": Range(0.0, None), "min_visible": _FRACTION, "mosaic": _FRACTION, "fliplr": _FRACTION,
-    "flipud": _FRACTION, "scale": _FRACTION, "lr0": Range(0.0, 1.0, lo_open=True, hi_open=True),
-}
 PACKAGED_MODELS = {"aegis_yolo_tiny.yaml": Path(__file__).with_name("aegis_yolo_tiny.yaml")}
+WHERE = "params.yaml: reference_detector"
 
 
 @dataclass(frozen=True)
-class ReferenceParams:
-    """The ``reference_detector`` section of ``params.yaml`` (all training choices)."""
+class ReferenceParams(Declared, where=WHERE):
+    """The ``reference_detector`` section of ``params.yaml`` (all training choices), each
+    declared once with its type, range and unit."""
 
-    model: str = "aegis_yolo_tiny.yaml"
-    imgsz: int = 160
-    crop: int | None = 160  # None: train on whole frames (then detect with --imgsz imgsz)
-    crops_per_object: int = 1
-    negatives_per_image: int = 1
-    min_visible: float = 0.5  # a cut object stays labelled if this much of its box is inside
-    epochs: int = 20
-    batch: int = 8
-    seed: int = 0
-    optimizer: str = "AdamW"
-    lr0: float = 0.003
-    mosaic: float = 1.0
-    close_mosaic: int = 5
-    warmup_epochs: float = 1.0
-    scale: float = 0.25
-    fliplr: float = 0.5
-    flipud: float = 0.5
-    device: str = "cpu"
-    threads: int | None = 1  # torch CPU threads; 1 keeps float sums in one order (None: Ultralytics' cores - 1)
-    onednn: bool = False  # oneDNN convolutions: faster, weights then depend on the CPU (aegisbench.kernels)
-    max_images: int | None = None  # cap on train images (tiny test configs)
+    model: str = param("aegis_yolo_tiny.yaml", doc="Ultralytics model YAML: a packaged name or a path")
+    imgsz: int = param(160, lo=32, unit="px", doc="training input size")
+    crop: int | None = param(160, lo=32, optional=True, unit="px",
+                             doc="native-resolution crop side (none: whole frames, then detect with --imgsz)")
+    crops_per_object: int = param(1, lo=0, doc="crops around each object")
+    negatives_per_image: int = param(1, lo=0, doc="background crops per image")
+    min_visible: float = param(0.5, lo=0.0, hi=1.0, unit="fraction",
+                               doc="a cut object stays labelled if this much of its box is inside")
+    epochs: int = param(20, lo=1, unit="epochs")
+    batch: int = param(8, lo=1, unit="images")
+    seed: int = param(0, lo=0, doc="training seed")
+    optimizer: str = param("AdamW", choices=OPTIMIZERS)
+    lr0: float = param(0.003, lo=0.0, hi=1.0, lo_open=True, hi_open=True, doc="initial learning rate")
+    mosaic: float = param(1.0, lo=0.0, hi=1.0, unit="probability")
+    close_mosaic: int = param(5, lo=0, unit="epochs", doc="last epochs without mosaic")
+    warmup_epochs: float = param(1.0, lo=0.0, unit="epochs")
+    scale: float = param(0.25, lo=0.0, hi=1.0, unit="fraction", doc="scale augmentation gain")
+    fliplr: float = param(0.5, lo=0.0, hi=1.0, unit="probability")
+    flipud: float = param(0.5, lo=0.0, hi=1.0, unit="probability")
+    device: str = param("cpu", type=object, doc="torch device (cpu, cuda:0, ...)")
+    threads: int | None = param(1, lo=1, optional=True,
+                                doc="torch CPU threads; 1 keeps float sums in one order (none: Ultralytics' cores - 1)")
+    onednn: bool = param(False, doc="oneDNN convolutions: faster, weights then depend on the CPU (aegisbench.kernels)")
+    max_images: int | None = param(None, type=int, lo=1, doc="cap on train images (tiny test configs)")
 
-    def __post_init__(self) -> None:
-        where = "params.yaml: reference_detector"
-        check_fields(self, _BOUNDS, error=BadInput, where=where)
-        check_choice(self.optimizer, "optimizer", OPTIMIZERS, error=BadInput, where=f"{where}.optimizer")
-        check_bool(self.onednn, "onednn", error=BadInput, where=f"{where}.onednn")
-        if not isinstance(self.model, str) or not self.model.endswith((".yaml", ".yml")):
-            raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=where)
+    def cross_check(self) -> None:
+        if not self.model.endswith((".yaml", ".yml")):
+            raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=WHERE)
 
     @classmethod
     def from_dict(cls, raw: dict | None, source: str | None = None) -> "ReferenceParams":
@@ -98,16 +89,16 @@ class ReferenceParams:
         raw = dict(raw or {})
         per_source = raw.pop("sources", None) or {}
         if not isinstance(per_source, dict):
-            raise BadInput("sources must map source names to overrides", where="params.yaml: reference_detector")
+            raise BadInput("sources must map source names to overrides", where=WHERE)
         if source is not None:
             override = per_source.get(source) or {}
             if not isinstance(override, dict):
-                raise BadInput("must be a mapping", where=f"params.yaml: reference_detector.sources.{source}")
+                raise BadInput("must be a mapping", where=f"{WHERE}.sources.{source}")
             raw.update(override)
         known = {f.name for f in dataclasses.fields(cls)}
         extra = sorted(set(raw) - known)
         if extra:
-            raise BadInput(f"unknown keys {extra}", where="params.yaml: reference_detector")
+            raise BadInput(f"unknown keys {extra}", where=WHERE)
         return cls(**raw)
 
     def inference_imgsz(self) -> int | None:

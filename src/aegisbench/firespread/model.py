@@ -45,10 +45,11 @@ from dataclasses import dataclass, fields
 import numba
 import numpy as np
 
-from aegisbench.fields import Range, check_fields, check_float, check_int
+from aegisbench.fields import check_float, check_int
 from aegisbench.firespread.layout import InitialCondition
 from aegisbench.params.firespread import FirespreadParams
 from aegisbench.firespread.streams import mix64, stream_key
+from aegisbench.schema import Declared, param_of
 
 log = logging.getLogger(__name__)
 
@@ -68,23 +69,23 @@ def neighbourhood_offsets(kind: str, radius: int) -> tuple[tuple[int, int], ...]
     return tuple(out)
 
 
-#: declared range of every :class:`SeedModel` field (ignition times are int16: max_steps < 2**15)
-_MODEL_BOUNDS = {"q_threshold": Range(0.0, None), "i_seed": Range(0.0, None), "q_die": Range(0.0, None),
-                 "ember_ticks": Range(1, 1000, integer=True), "max_steps": Range(1, 32766, integer=True)}
-
-
 @dataclass(frozen=True)
-class SeedModel:
-    """The physics of seed 003's model (defaults: the seed's parameters)."""
+class SeedModel(Declared):
+    """The physics of seed 003's model (defaults: the seed's parameters). Each field is
+    declared once, in :class:`FirespreadParams` (type, bounds, unit; ``max_steps`` <= 32000:
+    ignition times are int16), and checked here as a ``ValueError`` naming ``SeedModel.<field>``.
 
-    q_threshold: float = 5.0
-    i_seed: float = 3.0
-    q_die: float = 3.0
-    ember_ticks: int = 12
-    max_steps: int = 2000
+    >>> SeedModel(max_steps=40000)
+    Traceback (most recent call last):
+    ...
+    aegisbench.fields.FieldError: SeedModel.max_steps must lie in [1, 32000], got 40000
+    """
 
-    def __post_init__(self) -> None:
-        check_fields(self, _MODEL_BOUNDS)
+    q_threshold: float = param_of(FirespreadParams, "q_threshold")
+    i_seed: float = param_of(FirespreadParams, "i_seed")
+    q_die: float = param_of(FirespreadParams, "q_die")
+    ember_ticks: int = param_of(FirespreadParams, "ember_ticks")
+    max_steps: int = param_of(FirespreadParams, "max_steps")
 
     @property
     def q_seed(self) -> float:

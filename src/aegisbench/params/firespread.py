@@ -14,100 +14,79 @@ forecast task (observe ``k`` frames, forecast ``h``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from aegisbench.errors import BadInput
-from aegisbench.fields import check_float, check_int, is_int
+from aegisbench.fields import check_int, is_int
+from aegisbench.schema import Declared, param
 
 WHERE = "params.yaml: firespread"
 
 
-def _int(v: Any, name: str, lo: int, hi: int | None = None) -> int:
-    return check_int(v, name, lo, hi, error=BadInput, where=f"{WHERE}.{name}")
-
-
-def _float(v: Any, name: str, lo: float, hi: float | None = None, lo_open: bool = False) -> float:
-    return check_float(v, name, lo, hi, lo_open=lo_open, error=BadInput, where=f"{WHERE}.{name}")
-
-
 @dataclass(frozen=True)
-class ForecastParams:
+class ForecastParams(Declared, where=f"{WHERE}.forecast"):
     """The forecast task of seed 003: observe frames ``1..observe`` of one realization,
     forecast the burn probability of frames ``observe+1 .. observe+horizon``."""
 
-    observe: int = 10
-    horizon: int = 50
-    threshold: float = 0.5  # declared threshold of the F2R metrics (p > threshold is "burnt", as seed 003)
-    eval_realizations: int = 60  # realizations 0..n-1 of every test IC are forecast, held out of the statistic
-    ece_bins: int = 10  # seed 003: 10 bins for calibration curves, 15 in its Var[Z_t] studies
-
-    def __post_init__(self) -> None:
-        _int(self.observe, "forecast.observe", 1)
-        _int(self.horizon, "forecast.horizon", 1)
-        if _float(self.threshold, "forecast.threshold", 0.0, 1.0) == 1.0:
-            raise BadInput("must lie in [0, 1): a cell is burnt iff p > threshold", where=f"{WHERE}.forecast.threshold")
-        _int(self.eval_realizations, "forecast.eval_realizations", 1)
-        _int(self.ece_bins, "forecast.ece_bins", 1, 1000)
+    observe: int = param(10, lo=1, unit="frames", doc="frames given to the forecaster")
+    horizon: int = param(50, lo=1, unit="frames", doc="frames forecast after the observed ones")
+    threshold: float = param(0.5, lo=0.0, hi=1.0, hi_open=True, unit="probability",
+                             doc="declared threshold of the F2R metrics (p > threshold is burnt, as seed 003)")
+    eval_realizations: int = param(60, lo=1, doc="realizations 0..n-1 of every test IC forecast, held out "
+                                                 "of the statistic")
+    ece_bins: int = param(10, lo=1, hi=1000, doc="calibration-curve bins (seed 003: 10; 15 in its Var[Z_t] "
+                                                 "studies)")
 
 
 @dataclass(frozen=True)
-class FirespreadParams:
+class FirespreadParams(Declared, where=WHERE):
     """Seed 003's fire-spread model and its ensembles (defaults: the seed's parameters:
     64x64 grid, density 0.72, q_threshold 5, I_seed 3, q_die 3, 3 seeds, S-levels 0..50
-    step 5, 1000 realizations per initial condition)."""
+    step 5, 1000 realizations per initial condition). The physics (``q_threshold`` ..
+    ``max_steps``) is declared here once; :class:`aegisbench.firespread.model.SeedModel`
+    takes its declarations."""
 
-    height: int = 64
-    width: int = 64
-    q_threshold: float = 5.0
-    i_seed: float = 3.0
-    q_die: float = 3.0
-    ember_ticks: int = 12
-    forest_density: float = 0.72
-    forest_clustering: int = 0  # radius (cells) of the integer box smoothing of the layout noise; 0 = iid
-    n_seeds: int = 3
-    s_levels: tuple[int, ...] = tuple(range(0, 55, 5))
-    realizations: int = 1000
-    initial_conditions: int = 10
-    test_initial_conditions: tuple[int, ...] = (6, 7, 8, 9)
-    max_steps: int = 2000
-    realizations_per_shard: int = 250
-    forecast: ForecastParams = field(default_factory=ForecastParams)
+    height: int = param(64, lo=3, hi=4096, unit="cells", key="grid", doc="grid rows")
+    width: int = param(64, lo=3, hi=4096, unit="cells", key="grid", doc="grid columns")
+    q_threshold: float = param(5.0, lo=0.0, hi=1e6, unit="heat", doc="a tree ignites only above this heat")
+    i_seed: float = param(3.0, lo=0.0, hi=1e6, unit="x q_threshold", doc="heat of a fire seed")
+    q_die: float = param(3.0, lo=0.0, hi=1e6, unit="heat per tick", doc="heat an ember loses per tick")
+    ember_ticks: int = param(12, lo=1, hi=1000, unit="ticks", doc="ticks an ember burns")
+    forest_density: float = param(0.72, lo=0.0, hi=1.0, lo_open=True, unit="fraction", doc="share of tree cells")
+    forest_clustering: int = param(0, lo=0, hi=64, unit="cells",
+                                   doc="radius of the integer box smoothing of the layout noise (0: iid)")
+    n_seeds: int = param(3, lo=1, doc="fire seeds per initial condition")
+    s_levels: tuple[int, ...] = param(tuple(range(0, 55, 5)), type=int, each=True, lo=0, hi=100, unit="%",
+                                      doc="stochasticity levels S = (1 - p_ignite) * 100, strictly increasing")
+    realizations: int = param(1000, lo=2, hi=65535, doc="realizations per initial condition and S-level")
+    initial_conditions: int = param(10, lo=1, doc="forest layouts with their seeds")
+    test_initial_conditions: tuple[int, ...] = param((6, 7, 8, 9), type=int, each=True, lo=0,
+                                                     doc="initial conditions held out for testing")
+    #: ignition times are int16; 32000 is the tighter of the two former declarations
+    max_steps: int = param(2000, lo=1, hi=32000, unit="ticks", doc="a realization is cut after this many ticks")
+    realizations_per_shard: int = param(250, lo=1, doc="realizations per dataset shard")
+    forecast: ForecastParams = param(default_factory=ForecastParams, doc="the forecast task")
 
-    def __post_init__(self) -> None:
-        _int(self.height, "grid", 3, 4096)
-        _int(self.width, "grid", 3, 4096)
-        _float(self.q_threshold, "q_threshold", 0.0, 1e6)
-        _float(self.i_seed, "i_seed", 0.0, 1e6)
-        _float(self.q_die, "q_die", 0.0, 1e6)
-        _int(self.ember_ticks, "ember_ticks", 1, 1000)
-        _float(self.forest_density, "forest_density", 0.0, 1.0, lo_open=True)
-        _int(self.forest_clustering, "forest_clustering", 0, 64)
-        _int(self.n_seeds, "n_seeds", 1)
+    def cross_check(self) -> None:
         if not self.s_levels:
-            raise BadInput("needs at least one S-level", where=f"{WHERE}.s_levels")
-        for s in self.s_levels:
-            _int(s, "s_levels", 0, 100)
+            raise self.invalid("s_levels", "needs at least one S-level")
         if len(set(self.s_levels)) != len(self.s_levels) or list(self.s_levels) != sorted(self.s_levels):
-            raise BadInput("must be strictly increasing", where=f"{WHERE}.s_levels")
-        _int(self.realizations, "realizations", 2, 65535)
-        _int(self.initial_conditions, "initial_conditions", 1)
+            raise self.invalid("s_levels", "must be strictly increasing")
         for i in self.test_initial_conditions:
-            _int(i, "test_initial_conditions", 0, self.initial_conditions - 1)
+            check_int(i, "test_initial_conditions", 0, self.initial_conditions - 1, error=BadInput,
+                      where=f"{WHERE}.test_initial_conditions")
         if len(set(self.test_initial_conditions)) != len(self.test_initial_conditions):
-            raise BadInput("duplicate initial conditions", where=f"{WHERE}.test_initial_conditions")
-        _int(self.max_steps, "max_steps", 1, 32000)
-        _int(self.realizations_per_shard, "realizations_per_shard", 1)
+            raise self.invalid("test_initial_conditions", "duplicate initial conditions")
         if 2 * self.forecast.eval_realizations > self.realizations:
-            raise BadInput("must be at most half of realizations (the statistic is built from the others, "
-                           "and the ECE floor scores as many of those)", where=f"{WHERE}.forecast.eval_realizations")
+            raise self.invalid("forecast.eval_realizations", "must be at most half of realizations (the statistic "
+                               "is built from the others, and the ECE floor scores as many of those)")
         if self.forecast.observe + self.forecast.horizon > self.max_steps:
             raise BadInput("observe + horizon exceeds max_steps", where=WHERE)
         if self.n_seeds > self.height * self.width:
-            raise BadInput("more seeds than cells", where=f"{WHERE}.n_seeds")
+            raise self.invalid("n_seeds", "more seeds than cells")
 
     # ------------------------------------------------------------------ derived
 
