@@ -28,7 +28,7 @@ import polars as pl
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
 from aegisbench.fields import did_you_mean
-from aegisbench.leaderboard.aggregate import condition_key, is_headline, long_table
+from aegisbench.leaderboard.aggregate import LONG_COLUMNS, condition_key, is_headline, long_table
 from aegisbench.leaderboard.identity import statuses
 from aegisbench.leaderboard.result_files import METRICS_FILE, _read_metrics
 from aegisbench.leaderboard.results import read_entry, result_folders
@@ -41,11 +41,11 @@ SUFFIX = {"csv": ".csv", "latex": ".tex", "json": ".json"}
 #: the columns of a CSV / JSON export, in order (``condition``: the config, ``clean`` or e.g. ``low_light_s3``)
 COLUMNS = ("submission", "model", "status", "track", "source", "condition", "family", "severity", "metric",
            "value", "lo", "hi", "n", "note", "dataset_version", "evaluator_version")
-REQUIRED = {"submission": pl.String, "model": pl.String, "track": pl.String, "source": pl.String,
-            "config": pl.String, "metric": pl.String, "value": pl.Float64, "lo": pl.Float64, "hi": pl.Float64}
-OPTIONAL = {"status": pl.String, "corruption": pl.String, "family": pl.String, "severity": pl.Int64,
-            "n": pl.Int64, "note": pl.String, "dataset_version": pl.String, "evaluator_version": pl.String,
-            "stratum": pl.String, "t": pl.Int64}
+#: the long-table columns an export reads, typed as in :data:`aegisbench.leaderboard.aggregate.LONG_COLUMNS`
+REQUIRED = {c: LONG_COLUMNS[c] for c in ("submission", "model", "track", "source", "config", "metric", "value", "lo",
+                                         "hi")}
+OPTIONAL = {c: LONG_COLUMNS[c] for c in ("status", "corruption", "family", "severity", "n", "note", "dataset_version",
+                                         "evaluator_version", "stratum", "t")}
 LEADERBOARD_FILE = "leaderboard.parquet"
 
 

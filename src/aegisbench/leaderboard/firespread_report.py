@@ -39,6 +39,7 @@ from aegisbench.evaluation.firespread_scoring import VAR_EDGES
 from aegisbench.leaderboard.markdown import md_code, md_escape
 from aegisbench.leaderboard.results import check_strata
 from aegisbench.metrics import label, selection
+from aegisbench.results_schema import polars_schema
 from aegisbench.vocab import FIRESPREAD, STRATA_FILE
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ def fig3_png(sd_zt: pl.DataFrame, narrow: bool = False) -> bytes:
 def strata_table(results: str | Path | Mapping[str, Path], submissions) -> pl.DataFrame:
     """The pooled ``Var[Z_t]``-stratified rows of the given fire-spread results (``results``:
     the folder holding ``<submission>/``, or each submission's own results folder by name)."""
+    schema = polars_schema("submission", "stratum", "metric", "value", "lo", "hi", "n")
     frames = []
     for sub in sorted(submissions):
         path = (Path(results[sub]) if isinstance(results, Mapping) else Path(results) / sub) / STRATA_FILE
@@ -160,9 +162,7 @@ def strata_table(results: str | Path | Mapping[str, Path], submissions) -> pl.Da
         df = check_strata(df, str(path))
         frames.append(df.filter(pl.col("metric").is_in(TABLE_METRICS))
                       .select(pl.lit(sub).alias("submission"), "stratum", "metric", "value", "lo", "hi",
-                              pl.col("n").cast(pl.Int64)))
-    schema = {"submission": pl.String, "stratum": pl.String, "metric": pl.String, "value": pl.Float64,
-              "lo": pl.Float64, "hi": pl.Float64, "n": pl.Int64}
+                              pl.col("n").cast(schema["n"])))
     if not frames:
         return pl.DataFrame(schema=schema)
     df = pl.concat(frames)
