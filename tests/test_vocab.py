@@ -14,8 +14,7 @@ import aegisbench.corruptions as C
 from aegisbench import vocab as V
 from aegisbench.staging import resumable_dir, staged_dir
 from aegisbench.errors import BadInput
-from aegisbench.fields import (FieldError, FieldTypeError, Range, check_bool, check_choice, check_fields,
-                               check_float, check_int)
+from aegisbench.fields import FieldError, FieldTypeError, check_bool, check_choice, check_float, check_int
 from aegisbench.geometry import box_area, box_iou, iou_one_to_many, pair_iou
 from aegisbench.hashing import rng_for
 from aegisbench.stats import count_ratios, multiplicities, percentile_interval, resample_indices
@@ -157,36 +156,6 @@ def test_field_checks():
         assert (exc.field, exc.detail) == ("x", "must lie in [0.0, 1.0], got 2.0")
 
 
-def test_check_fields_declared_ranges():
-    from dataclasses import dataclass
-
-    @dataclass(frozen=True)
-    class P:
-        n: int = 2
-        x: float = 1
-        crop: int | None = None
-
-        def __post_init__(self):
-            check_fields(self, {"n": Range(1, None, integer=True), "x": (0.0, 2.0),
-                                "crop": Range(32, None, integer=True, optional=True)}, coerce=True)
-
-    assert P().x == 1.0 and isinstance(P().x, float)
-    with pytest.raises(FieldError, match=r"P.n must be an integer >= 1, got 0"):
-        P(n=0)
-    with pytest.raises(FieldError, match="P.crop"):
-        P(crop=16)
-
-    @dataclass(frozen=True)
-    class Q:
-        n: int = 1
-
-        def __post_init__(self):
-            check_fields(self, {"n": Range(1, 5, integer=True)}, error=BadInput, where="params.yaml: q")
-
-    with pytest.raises(BadInput, match=r"^params.yaml: q.n: must lie in \[1, 5\], got 9$"):
-        Q(9)
-
-
 # ------------------------------------------------------- geometry and stats
 
 def test_iou_is_one_implementation():
@@ -257,7 +226,7 @@ def test_staged_and_resumable_dirs(tmp_path):
 # ------------------------------------------------------------- no copies
 
 _SHARED = {"pair_iou", "box_iou", "box_area", "percentile_interval", "resample_indices", "multiplicities",
-           "count_ratios", "staged_dir", "resumable_dir", "drop_partial_writes", "check_fields", "warp_noise_config", "parse_corruption_config"}
+           "count_ratios", "staged_dir", "resumable_dir", "drop_partial_writes", "check_choice", "warp_noise_config", "parse_corruption_config"}
 _HOME = {"aegisbench/geometry.py", "aegisbench/stats.py", "aegisbench/atomic.py", "aegisbench/staging.py", "aegisbench/fields.py",
          "aegisbench/vocab.py"}
 

@@ -3,9 +3,8 @@ range, is it one of the choices. A leaf (imports only numpy and :mod:`aegisbench
 
 Parameter dataclasses declare each parameter once, in its field (:func:`aegisbench.schema.param`:
 type, bounds, unit, doc), and derive their one ``__post_init__`` from
-:class:`aegisbench.schema.Declared`, which checks the fields with these functions;
-:func:`check_fields` with a table of :class:`Range` remains for dataclasses not yet declared
-that way. ``error`` picks the exception:
+:class:`aegisbench.schema.Declared`, which checks the fields with these functions.
+``error`` picks the exception:
 ``ValueError`` (programming input; a type problem raises ``TypeError``) or
 :class:`~aegisbench.errors.BadInput` (user input; ``where`` is the value's location:
 file and field, or a CLI flag).
@@ -30,8 +29,7 @@ import argparse
 
 import difflib
 import math
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection
 from urllib.parse import urlsplit
 from typing import Any
 
@@ -163,66 +161,6 @@ def choices_metavar(choices: Collection) -> str:
     '{voc,yolo}'
     """
     return "{" + ",".join(map(str, choices)) + "}"
-
-
-@dataclass(frozen=True)
-class Range:
-    """A declared range of one numeric field (closed unless an end is open; None: unbounded;
-    ``optional``: None is allowed too).
-
-    >>> Range(0, 1).check(0.25, "a"), Range(1, None, integer=True).check(4, "n")
-    (0.25, 4)
-    >>> Range(32, None, integer=True, optional=True).check(None, "crop") is None
-    True
-    """
-
-    lo: float | None = None
-    hi: float | None = None
-    integer: bool = False
-    lo_open: bool = False
-    hi_open: bool = False
-    optional: bool = False
-
-    def check(self, v: Any, name: str, *, error: type = ValueError, where: str | None = None):
-        if v is None and self.optional:
-            return None
-        if self.integer:
-            return check_int(v, name, self.lo, self.hi, error=error, where=where)
-        return check_float(v, name, self.lo, self.hi, lo_open=self.lo_open, hi_open=self.hi_open,
-                           error=error, where=where)
-
-
-def as_range(spec: Range | tuple) -> Range:
-    return spec if isinstance(spec, Range) else Range(*spec)
-
-
-def check_fields(obj: Any, bounds: Mapping[str, Range | tuple] | None = None, *, coerce: bool = False,
-                 error: type = ValueError, where: str | None = None, **ranges: Range | tuple) -> None:
-    """Validate the numeric fields of a (frozen) dataclass against declared ranges, for
-    ``__post_init__``. Messages name ``Class.field``; with ``error=BadInput`` the location
-    is ``<where>.<field>`` (``where``: the file and section). With ``coerce`` each value is
-    stored back as float (int for an integer range).
-
-    >>> from dataclasses import dataclass
-    >>> @dataclass(frozen=True)
-    ... class P:
-    ...     x: float = 1.0
-    ...     def __post_init__(self):
-    ...         check_fields(self, x=(0.0, 2.0))
-    >>> P(3.0)
-    Traceback (most recent call last):
-    ...
-    aegisbench.fields.FieldError: P.x must lie in [0.0, 2.0], got 3.0
-    """
-    cls = type(obj).__name__
-    for name, spec in {**(bounds or {}), **ranges}.items():
-        v = getattr(obj, name)
-        if error is BadInput:
-            value = as_range(spec).check(v, name, error=BadInput, where=f"{where}.{name}" if where else name)
-        else:
-            value = as_range(spec).check(v, f"{cls}.{name}", error=error)
-        if coerce and value is not None:
-            object.__setattr__(obj, name, value)
 
 
 class DeprecatedAlias(argparse.Action):

@@ -44,7 +44,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from aegisbench.errors import BadInput
-from aegisbench.fields import Range, check_bool, check_choice, field_error, range_text
+from aegisbench.fields import check_bool, check_choice, check_float, check_int, field_error, range_text
 
 __all__ = ["Declared", "Param", "ParamInfo", "declared_field", "declared_in", "describe", "param", "param_of",
            "parameter_lines", "validate"]
@@ -77,11 +77,6 @@ class Param:
     def bounds(self) -> tuple[float | None, float | None]:
         return self.lo, self.hi
 
-    def _range(self) -> Range | None:
-        if self.type not in (int, float):
-            return None
-        return Range(self.lo, self.hi, integer=self.type is int, lo_open=self.lo_open, hi_open=self.hi_open)
-
     def check(self, v: Any, name: str, *, error: type = ValueError, where: str | None = None) -> Any:
         """``v`` checked (a number as its declared type); ``name`` labels a ``ValueError``,
         ``where`` locates a :class:`BadInput`."""
@@ -94,9 +89,11 @@ class Param:
         return self._check_one(v, name, error, where)
 
     def _check_one(self, v: Any, name: str, error: type, where: str | None) -> Any:
-        rng = self._range()
-        if rng is not None:
-            v = rng.check(v, name, error=error, where=where)
+        if self.type is int:
+            v = check_int(v, name, self.lo, self.hi, error=error, where=where)
+        elif self.type is float:
+            v = check_float(v, name, self.lo, self.hi, lo_open=self.lo_open, hi_open=self.hi_open, error=error,
+                            where=where)
         elif self.type is bool:
             v = check_bool(v, name, error=error, where=where)
         elif self.type is not object and not isinstance(v, self.type):
@@ -179,12 +176,14 @@ def param_of(cls: type, name: str, **changes: Any) -> Any:
     return declared_field(dataclasses.replace(_spec(f), **changes), f.default, f.default_factory)
 
 
-def validate(obj: Any) -> None:
+def validate(obj: Any, where: str | None = None) -> None:
     """Check every declared field of the dataclass instance ``obj`` (in field order), in
-    the dialect of its class (see the module's doc); with ``coerce`` store numbers back as
-    their declared type and lists of ``each`` fields as tuples."""
+    the dialect of its class (see the module's doc; ``where`` locates a :class:`BadInput`
+    instead of the class's own, for a value whose location only its container knows, such
+    as an item of a list); with ``coerce`` store numbers back as their declared type and
+    lists of ``each`` fields as tuples."""
     cls = type(obj)
-    where, coerce = getattr(cls, "_where", None), getattr(cls, "_coerce", False)
+    where, coerce = where or getattr(cls, "_where", None), getattr(cls, "_coerce", False)
     for f in dataclasses.fields(obj):
         spec = _spec(f)
         if spec is None:

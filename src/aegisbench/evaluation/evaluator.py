@@ -27,9 +27,9 @@ from aegisbench.evaluation.submission import ValidatedSubmission, ValidationLimi
 from aegisbench.evaluation.tracks import get_track
 from aegisbench.executor import Executor
 from aegisbench.evaluation.threshold import check_grid, rule_grid
-from aegisbench.fields import Range, check_fields
 from aegisbench.hashing import json_sha256
 from aegisbench.paths import DATASET, RESULTS
+from aegisbench.schema import Declared, param
 from aegisbench.metrics import SilentFailureParams
 from aegisbench.vocab import WARP_GRID
 
@@ -37,20 +37,21 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class EvaluationParams:
+class EvaluationParams(Declared):
     """Evaluator settings; all of them are recorded (and hashed) in the provenance."""
 
-    # threshold candidates: None = the track's rule (threshold.TRACK_RULE), a rule name (threshold.RULES)
-    # or a tuple of values in [0, 1]
-    threshold_grid: tuple[float, ...] | str | None = None
-    max_dets: int | None = None  # per-image cap for mAP; None = never truncate
-    bootstrap: BootstrapParams = BootstrapParams()
-    silent: SilentFailureParams = SilentFailureParams()
-    limits: ValidationLimits = ValidationLimits()
-    warp_grid: int = WARP_GRID
-    stratify: tuple[str, ...] = ()  # meta columns reported per stratum (detection tracks)
+    threshold_grid: tuple[float, ...] | str | None = param(
+        None, doc="threshold candidates: None = the track's rule (threshold.TRACK_RULE), a rule name "
+                  "(threshold.RULES) or a tuple of values in [0, 1]")
+    max_dets: int | None = param(None, type=int, lo=1, unit="detections per image",
+                                 doc="per-image cap for mAP; None = never truncate")
+    bootstrap: BootstrapParams = param(BootstrapParams(), doc="bootstrap confidence intervals")
+    silent: SilentFailureParams = param(SilentFailureParams(), doc="silent-failure metric")
+    limits: ValidationLimits = param(ValidationLimits(), doc="submission validation limits")
+    warp_grid: int = param(WARP_GRID, lo=1, unit="cells per side", doc="WARP patch-test grid side")
+    stratify: tuple[str, ...] = param((), doc="meta columns reported per stratum (detection tracks)")
 
-    def __post_init__(self) -> None:
+    def cross_check(self) -> None:
         if not isinstance(self.stratify, tuple) or not all(isinstance(c, str) and c for c in self.stratify):
             raise TypeError("stratify must be a tuple of meta column names")
         if len(set(self.stratify)) != len(self.stratify):
@@ -62,7 +63,6 @@ class EvaluationParams:
             if not isinstance(g, tuple):
                 raise TypeError("threshold_grid must be None, a rule name or a tuple of floats")
             check_grid(g, "threshold_grid")
-        check_fields(self, max_dets=Range(1, None, integer=True, optional=True), warp_grid=Range(1, None, integer=True))
 
     def as_dict(self) -> dict:
         d = asdict(self)

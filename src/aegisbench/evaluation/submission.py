@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aegisbench.errors import BadInput
-from aegisbench.fields import Range, check_fields
 from aegisbench.dataset.index import DatasetIndex, coco_categories
 from aegisbench.evaluation.formats import (YOLO_FIELDS, ClassRule, check_labels, parse_coco, parse_parquet,
                                            parse_yolo_file, read_coco_table)
@@ -53,6 +52,7 @@ from aegisbench.evaluation.intake import submission_files, submission_id, thresh
 from aegisbench.evaluation.rows import Frames, Problems, RawRows, check_rows, shown
 from aegisbench.hashing import file_sha256
 from aegisbench.predictions import PredictionTable, read_parquet_predictions, read_yolo_txt
+from aegisbench.schema import Declared, param
 from aegisbench.readers import (MAX_COCO_FILE_BYTES, MAX_PREDICTION_ROWS, MAX_YOLO_FILE_BYTES, load_yaml,
                                 read_regular_bytes)
 from aegisbench.vocab import (REQUIRED_FIELDS, SMOKE, TRACK_LABELS, TRACKS, WARP_GRID, WARP_NOISE, WARP_NOISE_FILE,
@@ -68,16 +68,12 @@ META_MAX_BYTES = 1 << 20
 
 
 @dataclass(frozen=True)
-class ValidationLimits:
+class ValidationLimits(Declared):
     """Declared limits: file size, detections per image, how far a box may leave the frame."""
 
-    max_file_bytes: int = 2 * 1024**3
-    max_dets_per_image: int = 1000
-    frame_tolerance_px: float = 2.0
-
-    def __post_init__(self) -> None:
-        check_fields(self, max_file_bytes=Range(1, None, integer=True), max_dets_per_image=Range(1, None, integer=True),
-                     frame_tolerance_px=Range(0.0, None))
+    max_file_bytes: int = param(2 * 1024**3, lo=1, unit="bytes", doc="largest submission file")
+    max_dets_per_image: int = param(1000, lo=1, unit="detections", doc="most detections per image")
+    frame_tolerance_px: float = param(2.0, lo=0.0, unit="px", doc="how far a box may leave the frame")
 
 
 class SubmissionInvalid(BadInput):

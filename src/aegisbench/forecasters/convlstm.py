@@ -31,38 +31,28 @@ import torch
 from torch import nn
 
 from aegisbench import isa
-from aegisbench.fields import Range, check_fields
 from aegisbench.firespread.ensemble import burnt_masks
 from aegisbench.hashing import key_digest, rng_for
 from aegisbench.kernels import portable
+from aegisbench.schema import Declared, param
 
 log = logging.getLogger(__name__)
 
 
-#: declared range of every numeric :class:`ConvLSTMConfig` field
-_POSITIVE = Range(1, None, integer=True)
-_BOUNDS = {"hidden": _POSITIVE, "steps": _POSITIVE, "batch": _POSITIVE, "train_horizon": _POSITIVE,
-           "realizations_per_ensemble": _POSITIVE, "crop": Range(0, None, integer=True),
-           "lr": Range(0.0, None, lo_open=True)}
-
-
 @dataclass(frozen=True)
-class ConvLSTMConfig:
+class ConvLSTMConfig(Declared):
     """CPU-sized defaults: hidden 8, 300 Adam steps of 8 sequences of 30 frames cropped to 32x32
     (the model is fully convolutional; inference runs on the whole grid)."""
 
-    hidden: int = 8
-    steps: int = 300
-    batch: int = 8
-    lr: float = 1e-2
-    train_horizon: int = 20
-    crop: int = 32  # 0 = train on whole frames
-    realizations_per_ensemble: int = 16
-    device: str | None = None
-    key: str = "convlstm-ca-v1"
-
-    def __post_init__(self) -> None:
-        check_fields(self, _BOUNDS)
+    hidden: int = param(8, lo=1, unit="channels", doc="hidden state channels")
+    steps: int = param(300, lo=1, unit="Adam steps", doc="training steps")
+    batch: int = param(8, lo=1, unit="sequences", doc="sequences per training step")
+    lr: float = param(1e-2, lo=0.0, lo_open=True, doc="Adam learning rate")
+    train_horizon: int = param(20, lo=1, unit="frames", doc="frames forecast after the observed ones in training")
+    crop: int = param(32, lo=0, unit="cells", doc="training crop side (0 = train on whole frames)")
+    realizations_per_ensemble: int = param(16, lo=1, doc="training realizations read per ensemble")
+    device: str | None = param(None, doc="torch device (None: the GPU if any, else the CPU)")
+    key: str = param("convlstm-ca-v1", type=object, doc="seeds the weights and the training batches")
 
 
 class ConvLSTMCA(nn.Module):

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass, fields
 
 from aegisbench.errors import BadInput
-from aegisbench.fields import Range, check_choice, check_fields
+from aegisbench.schema import Declared, param, validate
 
 STANDING = ("latest", "selected")
 VERSIONING = ("auto", "dvc", "none")
@@ -75,24 +75,25 @@ def parse_instant(value, where: str) -> dt.datetime | None:
 
 
 @dataclass(frozen=True)
-class Phase:
-    """One phase of the leaderboard: when uploads are taken and how many per team."""
+class Phase(Declared):
+    """One phase of the leaderboard: when uploads are taken and how many per team. Checked by
+    :meth:`check`, which the :class:`HostingRules` holding it calls with the phase's place."""
 
-    name: str
-    opens: dt.datetime | None = None
-    closes: dt.datetime | None = None
-    daily_limit: int = 5
-    total_limit: int = 100
-    standing: str = "latest"
+    name: str = param(doc="1 to 32 lowercase letters, digits, '_' or '-'")
+    opens: dt.datetime | None = param(None, doc="first instant uploads are taken (None: always open before)")
+    closes: dt.datetime | None = param(None, doc="first instant uploads are refused again (None: never)")
+    daily_limit: int = param(5, lo=1, hi=10_000, unit="uploads", doc="accepted uploads per team per UTC day")
+    total_limit: int = param(100, lo=1, hi=1_000_000, unit="uploads", doc="accepted uploads per team in the phase")
+    standing: str = param("latest", type=object, choices=STANDING, doc="which scored submission stands for a team: the latest or the one it selected")
 
-    BOUNDS = {"daily_limit": Range(1, 10_000, integer=True), "total_limit": Range(1, 1_000_000, integer=True)}
+    def __post_init__(self) -> None:
+        """Nothing here: a phase's fields are checked by :meth:`check`, where the phase is known."""
 
     def check(self, where: str) -> None:
         if not isinstance(self.name, str) or not _PHASE_NAME.fullmatch(self.name):
             raise BadInput(f"must be 1 to 32 lowercase letters, digits, '_' or '-', got {self.name!r}",
                            where=f"{where}.name")
-        check_fields(self, self.BOUNDS, error=BadInput, where=where)
-        check_choice(self.standing, "standing", STANDING, error=BadInput, where=f"{where}.standing")
+        validate(self, where)
         if self.opens and self.closes and self.closes <= self.opens:
             raise BadInput(f"closes ({self.closes.isoformat()}) must be after opens ({self.opens.isoformat()})",
                            where=f"{where}.closes")
@@ -102,28 +103,23 @@ class Phase:
 
 
 @dataclass(frozen=True)
-class HostingRules:
+class HostingRules(Declared, where=WHERE):
     """Every rule and limit of a hosted leaderboard (see the module doc)."""
 
-    phases: tuple[Phase, ...] = (Phase("open"),)
-    max_upload_bytes: int = 512 * 1024**2
-    max_files: int = 64
-    max_zip_members: int = 100_000
-    max_zip_ratio: float = 100.0
-    max_expanded_bytes: int = 2 * 1024**3
-    lease_seconds: float = 300.0
-    max_attempts: int = 3
-    references: tuple[str, ...] = ()
-    versioning: str = "auto"
+    phases: tuple[Phase, ...] = param((Phase("open"),), doc="the phases, one open at a time")
+    max_upload_bytes: int = param(512 * 1024**2, lo=1024, hi=64 * 1024**3, unit="bytes", doc="the whole request, refused before the body is read in full")
+    max_files: int = param(64, lo=2, hi=10_000, unit="files", doc="parts of one upload")
+    max_zip_members: int = param(100_000, lo=1, hi=10_000_000, unit="members", doc="members of one uploaded zip")
+    max_zip_ratio: float = param(100.0, lo=1.0, hi=10_000.0, unit="bytes per byte",
+                                 doc="bytes expanded per byte of an uploaded zip")
+    max_expanded_bytes: int = param(2 * 1024**3, lo=1024, hi=256 * 1024**3, unit="bytes",
+                                    doc="bytes one upload may expand to (also each file's limit)")
+    lease_seconds: float = param(300.0, lo=2.0, hi=86_400.0, unit="s", doc="a worker that has not renewed its lease for this long is dead")
+    max_attempts: int = param(3, lo=1, hi=20, unit="runs", doc="runs of one submission before a failure of ours is final")
+    references: tuple[str, ...] = param((), doc="the pipeline's reference submissions (results folder names), listed first")
+    versioning: str = param("auto", type=object, choices=VERSIONING, doc="dvc add of the store after each board revision: auto, dvc or none")
 
-    BOUNDS = {"max_upload_bytes": Range(1024, 64 * 1024**3, integer=True), "max_files": Range(2, 10_000, integer=True),
-              "max_zip_members": Range(1, 10_000_000, integer=True), "max_zip_ratio": Range(1.0, 10_000.0),
-              "max_expanded_bytes": Range(1024, 256 * 1024**3, integer=True), "lease_seconds": Range(2.0, 86_400.0),
-              "max_attempts": Range(1, 20, integer=True)}
-
-    def __post_init__(self) -> None:
-        check_fields(self, self.BOUNDS, error=BadInput, where=WHERE)
-        check_choice(self.versioning, "versioning", VERSIONING, error=BadInput, where=f"{WHERE}.versioning")
+    def cross_check(self) -> None:
         for i, ref in enumerate(self.references):
             if not isinstance(ref, str) or not _REFERENCE.fullmatch(ref):
                 raise BadInput(f"must be a submission id (a results folder name), got {ref!r}",
