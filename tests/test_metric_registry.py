@@ -212,3 +212,22 @@ def test_a_registered_toy_metric_reaches_results_and_leaderboard(tmp_path, repo,
         floors = pl.read_parquet(tmp_path / "lb" / "views" / "floor.parquet")
         assert "toy_hit_rate" in floors["metric"].to_list()  # ranked and floored by its direction
     assert "toy_hit_rate" not in M.REGISTRY
+
+
+def test_registration_order_does_not_depend_on_what_is_imported_first():
+    """Every output lists metrics in registration order (the glossary, the long table): the
+    per-condition metrics, then the ones a scorer declares, whichever module a process
+    imports first."""
+    import subprocess
+    import sys
+
+    firsts = ["aegisbench.metrics.declared", "aegisbench.metrics.per_condition", "aegisbench.evaluation.scoring",
+              "aegisbench.leaderboard.aggregate", "aegisbench.metrics.registry"]
+    orders = set()
+    for first in firsts:
+        code = (f"import {first}\nfrom aegisbench.metrics.registry import REGISTRY\n"
+                "print(' '.join(REGISTRY.names()))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+        assert out.index("tp") == 0 and out.index("sequences_detected") < out.index("frozen_threshold"), (first, out)
+        orders.add(tuple(out))
+    assert len(orders) == 1

@@ -38,9 +38,11 @@ from aegisbench.metrics.forecast import (_bin_ids, _calibration_compute, _calibr
                                          brier_score, calibration_curve, ece_per_map,
                                          expected_calibration_error, weighted_pr_areas)
 from aegisbench.metrics.condition import ZERO_DIVISION, Cell, ConditionBootstrap, ConditionContext, condition_cells
-from aegisbench.metrics.declared import SD_MAPS
+# per_condition before declared: importing any metrics module runs this first, so the metrics
+# register in the order every output lists them (the per-condition ones, then the declared ones)
 from aegisbench.metrics.per_condition import (EFFECTIVENESS_BY_SIZE, RECALL_BY_SIZE, RELATIVE_DROP,
                                               effectiveness_of, sequence_delays_of)
+from aegisbench.metrics.declared import SD_MAPS
 
 __all__ = [
     "DIRECTIONS", "EFFECTIVENESS_BY_SIZE", "HIGHER", "LOWER", "RECALL_BY_SIZE", "REGISTRY", "RELATIVE_DROP",
