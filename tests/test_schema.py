@@ -187,3 +187,31 @@ def test_reference_recipe_refusals_name_the_key(raw, where, fragment):
     with pytest.raises(BadInput) as err:
         ReferenceParams.from_dict(raw)
     assert err.value.where == f"params.yaml: {where}" and fragment in err.value.message
+
+
+def test_every_settings_dataclass_is_declared_and_refuses_naming_the_field():
+    from aegisbench.detectors.tiling import TilingParams
+    from aegisbench.evaluation.bootstrap import BootstrapParams
+    from aegisbench.evaluation.evaluator import EvaluationParams
+    from aegisbench.evaluation.submission import ValidationLimits
+    from aegisbench.forecasters.convlstm import ConvLSTMConfig
+    from aegisbench.params import BuildParams, WarpTestParams
+    from aegisbench.service.rules import HostingRules, Phase
+
+    for cls in (TilingParams, BootstrapParams, EvaluationParams, ValidationLimits, ConvLSTMConfig, BuildParams,
+                WarpTestParams, HostingRules, Phase):
+        assert issubclass(cls, Declared) and all("param" in f.metadata for f in dataclasses.fields(cls)), cls
+    assert HostingRules.BOUNDS["max_attempts"] == (1, 20) and ConvLSTMConfig.BOUNDS["lr"] == (0.0, None)
+    with pytest.raises(FieldError, match=r"^ConvLSTMConfig.crop must be an integer >= 0, got -1$"):
+        ConvLSTMConfig(crop=-1)
+    with pytest.raises(FieldError, match=r"^EvaluationParams.max_dets must be an integer >= 1, got 0$"):
+        EvaluationParams(max_dets=0)
+    with pytest.raises(FieldError, match=r"^TilingParams.overlap must lie in \[0, 511\], got 512$"):
+        TilingParams(tile=512, overlap=512)
+    with pytest.raises(BadInput, match=r"^params.yaml: build.workers: must be an integer >= 1, got 0$"):
+        BuildParams(workers=0)
+    with pytest.raises(BadInput, match=r"^params.yaml: hosting.phases\[1\].daily_limit: must lie in \[1, 10000\]"):
+        HostingRules.from_dict({"phases": [{"name": "a", "closes": "2026-01-01"},
+                                           {"name": "b", "opens": "2026-01-01", "daily_limit": 0}]})
+    assert Phase("x", daily_limit=0).daily_limit == 0  # a phase alone is checked by its rules, where its place is known
+    assert ValidationLimits(frame_tolerance_px=0).frame_tolerance_px == 0  # no coercion: hashed as given

@@ -23,29 +23,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from aegisbench.fields import check_bool, check_float, check_int
+from aegisbench.fields import check_int
 from aegisbench.geometry import iou_one_to_many
 from aegisbench.predictions import Detections
+from aegisbench.schema import Declared, param
 
 
 @dataclass(frozen=True)
-class TilingParams:
+class TilingParams(Declared):
     """``tile``/``overlap`` in pixels; ``merge_iou`` of the seam NMS; ``edge_margin``
     (pixels) within which a box counts as touching an inner window edge; ``drop_cut``
     drops such cut boxes when another window fully contains them."""
 
-    tile: int = 1024
-    overlap: int = 256
-    merge_iou: float = 0.5
-    drop_cut: bool = True
-    edge_margin: float = 2.0
+    tile: int = param(1024, lo=32, unit="px", doc="window side")
+    overlap: int = param(256, lo=0, unit="px", doc="overlap of neighbouring windows (below tile)")
+    merge_iou: float = param(0.5, lo=0.0, hi=1.0, lo_open=True, unit="IoU", doc="IoU of the seam NMS")
+    drop_cut: bool = param(True, doc="drop a box cut by an inner window edge when another window holds it whole")
+    edge_margin: float = param(2.0, lo=0.0, unit="px", doc="within this of an inner window edge a box counts as cut")
 
-    def __post_init__(self) -> None:
-        check_int(self.tile, "tile", lo=32)
-        check_int(self.overlap, "overlap", 0, self.tile - 1)
-        check_float(self.merge_iou, "merge_iou", 0.0, 1.0, lo_open=True)
-        check_float(self.edge_margin, "edge_margin", lo=0.0)
-        check_bool(self.drop_cut, "drop_cut")
+    def cross_check(self) -> None:
+        check_int(self.overlap, f"{type(self).__name__}.overlap", 0, self.tile - 1)
 
 
 def _starts(length: int, tile: int, overlap: int) -> list[int]:

@@ -49,7 +49,7 @@ import numpy as np
 
 from aegisbench.evaluation.coco import RECALL_THRESHOLDS
 from aegisbench.evaluation.matching import BatchMatch
-from aegisbench.fields import check_int
+from aegisbench.schema import Declared, param
 from aegisbench.stats import (NAN_INTERVAL, count_ratios, multiplicities, percentile_interval, percentile_intervals,
                               resample_indices)
 
@@ -60,12 +60,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class BootstrapParams:
-    n_resamples: int = 1000
-    percentiles: tuple[float, float] = (2.5, 97.5)
+class BootstrapParams(Declared):
+    """The bootstrap of every interval: resamples and the percentiles of the interval."""
 
-    def __post_init__(self) -> None:
-        check_int(self.n_resamples, "n_resamples", lo=1)
+    n_resamples: int = param(1000, lo=1, unit="resamples", doc="bootstrap resamples per interval")
+    percentiles: tuple[float, float] = param((2.5, 97.5), doc="lower and upper percentile of the interval (in %)")
+
+    def cross_check(self) -> None:
         lo, hi = self.percentiles
         if not 0 <= lo < hi <= 100:
             raise ValueError(f"percentiles must satisfy 0 <= lo < hi <= 100, got {self.percentiles}")

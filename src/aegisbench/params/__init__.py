@@ -20,6 +20,7 @@ from aegisbench.errors import BadInput
 from aegisbench.fields import check_choice, check_int, is_finite_number
 from aegisbench.hashing import json_sha256
 from aegisbench import paths as paths_
+from aegisbench.schema import Declared, param
 from aegisbench.readers import read_yaml
 from aegisbench.vocab import FIRESPREAD, GEOMETRIES, MODALITIES, TRACKS, WARP_GRID
 
@@ -63,20 +64,18 @@ class SourceParams:
 
 
 @dataclass(frozen=True)
-class BuildParams:
-    rows_per_shard: int = 16
-    workers: int = 1
-    conditions: tuple[str, ...] = ()  # condition configs beyond ``clean`` ("all" = the 27)
-    compound: tuple[str, ...] = ()  # e.g. "low_light_s2+inundation_s2"
-    geometry: str = "frame"
-    severity_table: str | None = None  # fitted table written by `aegisbench calibrate --fit`
-    withhold_labels: tuple[str, ...] = ()  # splits built without boxes (their labels go to paths.private_labels)
+class BuildParams(Declared, where="params.yaml: build"):
+    """How the dataset is built (``params.yaml: build``)."""
 
-    def __post_init__(self) -> None:
-        where = "params.yaml: build"
-        check_int(self.rows_per_shard, "rows_per_shard", lo=1, error=BadInput, where=f"{where}.rows_per_shard")
-        check_int(self.workers, "workers", lo=1, error=BadInput, where=f"{where}.workers")
-        check_choice(self.geometry, "geometry", GEOMETRIES, error=BadInput, where=f"{where}.geometry")
+    rows_per_shard: int = param(16, lo=1, unit="rows", doc="rows per parquet shard")
+    workers: int = param(1, lo=1, unit="processes", doc="build processes")
+    conditions: tuple[str, ...] = param((), doc="condition configs beyond clean (\"all\" = every one)")
+    compound: tuple[str, ...] = param((), doc="compound configs, e.g. low_light_s2+inundation_s2")
+    geometry: str = param("frame", type=object, choices=GEOMETRIES,
+                          doc="pixel-unit corruption parameters per 1000 px of the frame, or of the median target")
+    severity_table: str | None = param(None, doc="fitted table written by `aegisbench calibrate --fit`")
+    withhold_labels: tuple[str, ...] = param((), doc="splits built without boxes (their labels go to "
+                                                     "paths.private_labels)")
 
 
 #: Seed 000's global sanity check: a = 0.001 .. 0.400 in steps of 0.001, 400 levels (its Fig. 5).
@@ -143,7 +142,7 @@ def patch_images(v, where: str = "params.yaml: warp.images") -> int | None:
 
 
 @dataclass(frozen=True)
-class WarpTestParams:
+class WarpTestParams(Declared, where="params.yaml: warp"):
     """WARP (seed 000) on the smoke track (``params.yaml: warp``), run by ``aegisbench
     warp-detect`` on the clean test frames of the smoke sources; the dataset stores none of it.
 
@@ -152,13 +151,14 @@ class WarpTestParams:
     grid side (``grid**2`` positions); ``images``: smoke-positive test frames per source
     the patch test runs on, a seeded subsample (None: every one, as seed 000)."""
 
-    noise_levels: tuple[float, ...] = DEFAULT_NOISE_LEVELS
-    grid: int = WARP_GRID
-    images: int | None = None
+    noise_levels: tuple[float, ...] = param(DEFAULT_NOISE_LEVELS, doc="levels a of the global sanity check: "
+                                                                      "multiples of 0.001 in [0, 1], increasing")
+    grid: int = param(WARP_GRID, lo=1, unit="cells per side", doc="grid side of the patch test")
+    images: int | None = param(None, doc="smoke-positive test frames per source of the patch test "
+                                         "(a positive integer; None or all: every one)")
 
-    def __post_init__(self) -> None:
+    def cross_check(self) -> None:
         object.__setattr__(self, "noise_levels", noise_levels(tuple(self.noise_levels)))
-        check_int(self.grid, "grid", lo=1, error=BadInput, where="params.yaml: warp.grid")
         patch_images(self.images)
 
     @classmethod
