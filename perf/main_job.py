@@ -51,7 +51,7 @@ def run_clone(clone: Path, log: Path) -> dict:
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
     venv_bin = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(clone)}
+           "PYTHONPATH": str(clone / "src")}
     load_before, peak = os.getloadavg()[0], 0.0
     t0 = time.time()
     with log.open("w") as out, subprocess.Popen([str(venv_bin / "aegisbench"), "run"], cwd=clone, env=env,

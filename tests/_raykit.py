@@ -22,7 +22,7 @@ def ray_cluster(extra_nodes: int = 0):
     if ray.is_initialized():
         ray.shutdown()
     old = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), *([old] if old else [])])
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), *([old] if old else [])])
     os.makedirs("/tmp/ray", exist_ok=True)  # where Ray records the current cluster's address
     temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a length limit
     c = Cluster(initialize_head=True, head_node_args=dict(num_cpus=1, object_store_memory=STORE,

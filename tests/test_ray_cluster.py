@@ -89,7 +89,7 @@ def test_readme_cluster_recipe_script(tiny, weights, tmp_path):
     raw["paths"] = {"sources": "data/sources", "dataset": "aegisbench"}  # the README's layout
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     env = dict(os.environ, PYTHON=sys.executable,
-               PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]))
     run = subprocess.run(["bash", str(ROOT / "scripts" / "cluster_smoke.sh"), str(tmp_path), str(weights)],
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-3000:]
@@ -97,7 +97,7 @@ def test_readme_cluster_recipe_script(tiny, weights, tmp_path):
     assert said[-1] == "cluster_smoke: OK"
     assert any("refused (wrong token)" in line and "token" in line for line in said)
     assert any("refused (node without aegisbench)" in line and "aegisbench not installed" in line for line in said)
-    assert (tmp_path / "data" / "aegisbench" / "manifest.json").read_bytes() == (root / "ref" / "manifest.json").read_bytes()
+    assert (tmp_path / "aegisbench" / "manifest.json").read_bytes() == (root / "ref" / "manifest.json").read_bytes()
     assert (tmp_path / "results" / "my_yolo" / "provenance.json").is_file()
     temp = said[0].removeprefix("cluster_smoke: temp dir ")
     assert temp.startswith("/tmp/") and not _processes_mentioning(temp) and not Path(temp).exists()

@@ -52,6 +52,8 @@ def node_facts(paths: list[str]) -> dict:
             return None
 
     spec = importlib.util.find_spec("aegisbench")
+    if spec is not None and spec.origin is None:  # a namespace package: a folder named aegisbench on the path
+        spec = None                               # (the project's dataset repo in the working directory), not the package
     code = None
     if spec is not None and spec.origin:
         h = hashlib.sha256()

@@ -23,7 +23,7 @@ are nodes; third-party and standard-library imports are ignored.
 >>> "aegisbench/hashing.py" in g.closure_files("aegisbench.params")
 True
 >>> g.closure_files("aegisbench.errors")
-['aegisbench/__init__.py', 'aegisbench/errors.py', 'aegisbench/isa.py']
+['aegisbench/__init__.py', 'aegisbench/errors.py', 'aegisbench/isa.py', 'aegisbench/paths.py']
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def closure_files(*entries: str, package_dir: str | Path | None = None) -> list[
     """:meth:`ImportGraph.closure_files` of ``entries``, reading only the modules they reach.
 
     >>> closure_files("aegisbench.hashing")
-    ['aegisbench/__init__.py', 'aegisbench/errors.py', 'aegisbench/hashing.py', 'aegisbench/isa.py']
+    ['aegisbench/__init__.py', 'aegisbench/errors.py', 'aegisbench/hashing.py', 'aegisbench/isa.py', 'aegisbench/paths.py']
     """
     reader = _Reader(package_dir)
     for e in entries:

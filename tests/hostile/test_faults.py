@@ -319,7 +319,7 @@ def _ray_build(tmp_path: Path, address: str) -> tuple[subprocess.CompletedProces
     t = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "aegisbench.cli", "build", "--params", str(params), "--executor",
                            "ray", "--ray-address", address], capture_output=True, text=True, cwd=tmp_path, timeout=90, check=False,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])})
     return proc, time.monotonic() - t
 
 

@@ -198,8 +198,8 @@ def test_dvc_repro_keeps_last_good_results_of_a_submission_turned_invalid(tmp_pa
     repo = tmp_path / "project"
     stages = _project_stages()
     assert stages["evaluate"]["do"]["outs"] == [{"results/${item}": {"persist": True}}]
-    build_repo(tiny_params(tmp_path), out=repo / "data" / "aegisbench", progress=False)
-    index = DatasetIndex(repo / "data" / "aegisbench")
+    build_repo(tiny_params(tmp_path), out=repo / "aegisbench", progress=False)
+    index = DatasetIndex(repo / "aegisbench")
     for i, sub in enumerate(("alpha", "bravo")):
         write_submission(repo / "submissions" / sub, index, "sar", gt_table(index, "sar", score=0.9 - 0.2 * i))
     (repo / "params.yaml").write_text(yaml.safe_dump({"submissions": ["alpha", "bravo"], "warp": {"grid": 7},

@@ -76,7 +76,7 @@ def _limited(argv: list[str], gib: float, timeout: float = 120) -> subprocess.Co
 
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     return subprocess.run([PY, "-c", "import sys; from aegisbench.cli import main; sys.exit(main(sys.argv[1:]))", *argv], capture_output=True, text=True, timeout=timeout,
                           preexec_fn=limit, env=env, cwd=ROOT)
 
