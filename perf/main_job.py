@@ -91,6 +91,29 @@ def timeline(log: Path) -> dict:
     return out if rc is None else {**out, "rc": rc}
 
 
+def recall_floors(project: Path) -> list[dict]:
+    """Each reference recipe's ``recall_floor`` (params.yaml ``reference_detector``, per source)
+    against the clean test recall its row has in ``results/reference_<track>/metrics.parquet``."""
+    import pyarrow.parquet as pq
+    import yaml
+
+    params = yaml.safe_load((project / "params.yaml").read_text())
+    recipe = params.get("reference_detector") or {}
+    out = []
+    for source, spec in (params.get("sources") or {}).items():
+        floor = {**recipe, **((recipe.get("sources") or {}).get(source) or {})}.get("recall_floor")
+        if floor is None:
+            continue
+        metrics = project / "results" / f"reference_{spec['track']}" / "metrics.parquet"
+        rows = [r for r in pq.read_table(metrics).to_pylist() if r["source"] == source
+                and r["config"] == "clean" and r["metric"] == "recall"] if metrics.is_file() else []
+        value = rows[0] if rows else None
+        out.append({"source": source, "floor": floor, "recall": value and value["value"],
+                    "lo": value and value["lo"], "hi": value and value["hi"],
+                    "met": None if value is None or value["value"] is None else value["value"] >= floor})
+    return out
+
+
 def markdown(result: dict) -> str:
     """The timeline as a Markdown table, with the machine and the total."""
     m = result["machine"]
@@ -104,6 +127,10 @@ def markdown(result: dict) -> str:
         took = f"{end - s['start']:.1f}" if end is not None else "n/a (did not finish)"
         lines.append(f"| {name} | {s['start']:.1f} | {end if end is not None else 'n/a'} | {took} | "
                      f"{'+' + str(s['nice']) if s['nice'] else ''} |")
+    for f in result.get("recall_floors", []):
+        said = ("n/a (no result)" if f["met"] is None else
+                f"{f['recall']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}]: {'met' if f['met'] else '**not met**'}")
+        lines.append(f"\nReference `{f['source']}`: clean test recall {said} (floor {f['floor']:.2f}).")
     return "\n".join(lines) + "\n"
 
 
@@ -135,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         log = clone.parent / "main_job.log"
         extra = run_clone(clone, log)
     result = {"commit": commit, "machine": machine(), **timeline(log), **extra}
+    if not args.from_log:
+        result["recall_floors"] = recall_floors(clone)
     out = ROOT / "runs" / "main_job.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

@@ -210,3 +210,20 @@ def test_train_reference_on_a_source_built_from_a_source_dir(tmp_path, capsys):
     capsys.readouterr()
     assert main(["train-reference", "--params", str(params), "--source", "nosuch", "--out", str(tmp_path / "x")]) == 2
     assert "tables there: tinyfolder" in capsys.readouterr().err
+
+
+def test_imgsz_trained_reads_the_train_json_beside_the_weights(models, repo, tmp_path, capsys):
+    weights = tmp_path / "m" / "weights.pt"
+    weights.parent.mkdir()
+    weights.write_bytes((models / "named.pt").read_bytes())
+    subs = tmp_path / "subs"
+    assert _detect(repo, weights, subs / "x", "sar", "--imgsz", "trained") == 2  # no train.json
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--imgsz" in err[0] and "train.json" in err[0] and not subs.exists()
+    (weights.parent / "train.json").write_text(json.dumps({"detect_imgsz": "big"}))
+    assert _detect(repo, weights, subs / "x", "sar", "--imgsz", "trained") == 2
+    assert "detect_imgsz must be an integer or null" in capsys.readouterr().err and not subs.exists()
+    (weights.parent / "train.json").write_text(json.dumps({"detect_imgsz": 96}))
+    assert _detect(repo, weights, subs / "x", "sar", "--imgsz", "trained") == 0
+    meta = yaml.safe_load((subs / "x" / "submission.yaml").read_text())
+    assert meta["detector"]["imgsz"] == 96

@@ -137,3 +137,60 @@ def test_run_refuses_jobs_below_one_before_writing(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--jobs" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml", "params.yaml"]
+
+
+def test_targets_limit_the_plan_to_what_they_need(tmp_path):
+    root = _project(tmp_path / "p")
+    plan = load_plan(root, ["quick"])
+    assert plan.stages == ["a", "quick"] and plan.upstream["quick"] == {"a"}
+    assert run_plan(plan, root, jobs=2, env=_env()) == 0
+    assert (root / "quick.txt").is_file() and not (root / "slow.txt").exists()
+    assert load_plan(root, ["join"]).stages == ["slow", "join"]  # a and quick are done
+
+
+def test_an_unknown_stage_is_refused_before_anything_runs(tmp_path):
+    from aegisbench.errors import BadInput
+
+    root = _project(tmp_path / "p")
+    with pytest.raises(BadInput, match=r"unknown stage 'quik'.*did you mean 'quick'"):
+        load_plan(root, ["quik"])
+    assert not (root / "a.txt").exists()
+
+
+def _run_copy(tmp_path, monkeypatch, capsys, argv: list[str], edit=None) -> list[str]:
+    """``aegisbench run`` in a copy of the project's dvc.yaml/params.yaml (``edit`` changes the
+    params); returns stderr's lines after checking nothing was written."""
+    from aegisbench.cli import main
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "dvc.yaml", tmp_path / "dvc.yaml")
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    if edit:
+        edit(params)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--fast", "--fast-dir", "scratch", *argv]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dvc.yaml", "params.yaml"]
+    return capsys.readouterr().err.strip().splitlines()
+
+
+def test_run_refuses_a_recipe_key_the_trainer_does_not_know(tmp_path, monkeypatch, capsys):
+    def edit(p):
+        p["reference_detector"]["sources"]["synthetic_smoke"]["epoch"] = 3
+
+    err = _run_copy(tmp_path, monkeypatch, capsys, [], edit)
+    assert len(err) == 1 and "unknown keys ['epoch']" in err[0] and "reference_detector" in err[0]
+
+
+@pytest.mark.parametrize("floor", [1.5, -0.1])
+def test_run_refuses_a_recall_floor_outside_0_1(tmp_path, monkeypatch, capsys, floor):
+    def edit(p):
+        p["reference_detector"]["sources"]["synthetic_sar"] = {"recall_floor": floor}
+
+    err = _run_copy(tmp_path, monkeypatch, capsys, [], edit)
+    assert len(err) == 1 and "recall_floor" in err[0]
+
+
+def test_run_refuses_an_unknown_stage_before_writing(tmp_path, monkeypatch, capsys):
+    err = _run_copy(tmp_path, monkeypatch, capsys, ["leaderbord"])
+    assert len(err) == 1 and "unknown stage 'leaderbord'" in err[0] and "'leaderboard'" in err[0]

@@ -157,7 +157,9 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch", type=int, default=8, help="windows (tiles or frames) per forward pass")
     g.add_argument("--half", action="store_true", help="FP16 inference on CUDA")
     g.add_argument("--conf", type=float, default=0.001, help="score floor handed to the model (near zero)")
-    g.add_argument("--imgsz", type=int, help="model input size (default: native window size)")
+    g.add_argument("--imgsz", type=_imgsz_arg, help="model input size: pixels, or `trained` for the size "
+                   "the train.json beside --weights records (a reference trained on downscaled whole frames) "
+                   "(default: native window size)")
     g.add_argument("--threads", type=int, default=1, help="torch threads of a CPU model (results repeat for one "
                    "thread count: every row records it)")
     g.add_argument("--onednn", action="store_true", help="CPU: use oneDNN's kernels (faster; the predictions then "
@@ -171,6 +173,32 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
     t.add_argument("--loader-workers", type=int, default=2, help="image decoding threads")
 
 
+def _imgsz_arg(text: str) -> int | str:
+    if text == "trained":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected pixels or `trained`, got {text!r}") from None
+
+
+def trained_imgsz(weights: str) -> int | None:
+    """The inference size ``train-reference`` recorded beside ``weights`` (``train.json``
+    ``detect_imgsz``; None: native resolution); BadInput naming ``--imgsz`` when there is none."""
+    path = Path(weights).with_name("train.json")
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise BadInput(f"`trained` needs the train.json written beside --weights: {path}: {exc}",
+                       where="--imgsz") from None
+    if not isinstance(report, dict) or "detect_imgsz" not in report:
+        raise BadInput(f"{path} records no detect_imgsz", where="--imgsz")
+    size = report["detect_imgsz"]
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
+        raise BadInput(f"{path}: detect_imgsz must be an integer or null, got {size!r}", where="--imgsz")
+    return size
+
+
 def _options(args):
     from aegisbench.detectors.interface import DetectorOptions
     from aegisbench.detectors.tiling import TilingParams
@@ -181,7 +209,8 @@ def _options(args):
     except (TypeError, ValueError) as exc:
         raise BadInput(str(exc), where="--tile/--overlap/--merge-iou") from None
     return DetectorOptions(device=args.device, batch=args.batch, half=args.half, conf=args.conf,
-                           imgsz=args.imgsz, tiling=tiling, threads=args.threads, onednn=args.onednn)
+                           imgsz=trained_imgsz(args.weights) if args.imgsz == "trained" else args.imgsz,
+                           tiling=tiling, threads=args.threads, onednn=args.onednn)
 
 
 def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, object]:

@@ -58,6 +58,10 @@ class ReferenceParams(Declared, where=WHERE):
     imgsz: int = param(160, lo=32, unit="px", doc="training input size")
     crop: int | None = param(160, lo=32, optional=True, unit="px",
                              doc="native-resolution crop side (none: whole frames, then detect with --imgsz)")
+    detect_imgsz: int | None = param(None, type=int, lo=32, optional=True, unit="px",
+                                     doc="inference input size recorded for `detect --imgsz trained` (none: native "
+                                     "for crop training, imgsz for whole frames); crops shrunk to imgsz < crop "
+                                     "need the frame's long side x imgsz / crop")
     crops_per_object: int = param(1, lo=0, doc="crops around each object")
     negatives_per_image: int = param(1, lo=0, doc="background crops per image")
     min_visible: float = param(0.5, lo=0.0, hi=1.0, unit="fraction",
@@ -78,6 +82,9 @@ class ReferenceParams(Declared, where=WHERE):
                                 doc="torch CPU threads; 1 keeps float sums in one order (none: Ultralytics' cores - 1)")
     onednn: bool = param(False, doc="oneDNN convolutions: faster, weights then depend on the CPU (aegisbench.kernels)")
     max_images: int | None = param(None, type=int, lo=1, doc="cap on train images (tiny test configs)")
+    recall_floor: float | None = param(None, type=float, lo=0.0, hi=1.0, unit="recall",
+                                       doc="clean test recall at the frozen threshold this recipe must keep "
+                                       "(perf/main_job.py judges it; issue 36: sar 0.80, smoke 0.50)")
 
     def cross_check(self) -> None:
         if not self.model.endswith((".yaml", ".yml")):
@@ -101,9 +108,20 @@ class ReferenceParams(Declared, where=WHERE):
             raise BadInput(f"unknown keys {extra}", where=WHERE)
         return cls(**raw)
 
+    @classmethod
+    def check_section(cls, raw: dict | None) -> None:
+        """Build the recipe of the base section and of every per-source override: BadInput
+        (naming the key) before anything runs, not when a training starts."""
+        cls.from_dict(raw)
+        for source in ((raw or {}).get("sources") or {}):
+            cls.from_dict(raw, source)
+
     def inference_imgsz(self) -> int | None:
-        """Input size at inference: native (None) for crop training, ``imgsz`` for whole
-        frames trained at a reduced size (pass it as ``detect --imgsz``)."""
+        """Input size at inference (``detect --imgsz trained`` reads it from train.json): the
+        declared ``detect_imgsz``, else native (None) for crop training and ``imgsz`` for whole
+        frames trained at a reduced size."""
+        if self.detect_imgsz is not None:
+            return self.detect_imgsz
         return self.imgsz if self.crop is None else None
 
     def model_path(self) -> str:

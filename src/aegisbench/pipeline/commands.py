@@ -26,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                 "bar on a terminal, else a line every --progress-interval seconds.",
                 ["aegisbench run --fast        # a few images in runs/fast, minutes",
                  "aegisbench run               # the full benchmark",
+                 "aegisbench run train_reference@smoke   # one stage and what it needs",
                  "aegisbench run --executor ray --ray-address auto"])
+    p.add_argument("stages", nargs="*", metavar="STAGE",
+                   help="dvc.yaml stages to reproduce, with the stages they depend on (default: all), "
+                   "e.g. leaderboard, train_reference@smoke")
     add_params_option(p)
     p.add_argument("--fast", action="store_true",
                    help="fast variant: the same dvc.yaml on a few images in a scratch project (runs/fast)")
@@ -56,15 +60,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_run(args) -> int:
+    from aegisbench.detectors.reference import ReferenceParams
     from aegisbench.executor import export_env
     from aegisbench.params import Params
-    from aegisbench.pipeline.project import PAGE, check_runnable, dvc_repro, fast_params, prepare_project
+    from aegisbench.pipeline.project import (PAGE, check_runnable, check_stages, dvc_repro, fast_params,
+                                             prepare_project)
 
     checkout = Path.cwd()
     check_runnable(checkout)
     if args.jobs < 1:
         raise BadInput(f"must be at least 1, got {args.jobs}", where="--jobs")
     params = Params.load(args.params)  # validates before anything runs
+    ReferenceParams.check_section(params.raw.get("reference_detector"))  # and the trainer's recipe
+    check_stages(checkout, params.raw, args.stages)
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
     export_global_options(args)  # and their -v/-q and --progress-interval
     if args.fast:
@@ -73,7 +81,7 @@ def cmd_run(args) -> int:
         if Path(args.params).resolve() != (checkout / "params.yaml").resolve():
             raise BadInput("dvc repro reads ./params.yaml; edit it (or use --fast)", where="--params")
         project = checkout
-    rc = dvc_repro(project, args.jobs)
+    rc = dvc_repro(project, args.jobs, args.stages or None)
     if rc != 0:
         print(f"dvc repro failed (exit {rc}); the published leaderboard was left as it was", file=sys.stderr)
         return rc

@@ -30,6 +30,7 @@ import yaml
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
+from aegisbench.fields import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -153,19 +154,52 @@ def commit_all(repo: Path, message: str, paths: list[str] | None = None) -> bool
     return True
 
 
-def dvc_repro(project: str | Path, jobs: int = 1) -> int:
-    """Run ``dvc repro`` in ``project`` (output streamed); returns its exit status. With
-    ``jobs`` > 1, independent stages run side by side (:mod:`aegisbench.pipeline.schedule`)."""
-    if jobs <= 1:
-        return subprocess.run([sys.executable, "-m", "dvc", "repro"], cwd=project, env=_env()).returncode
+def dvc_repro(project: str | Path, jobs: int = 1, targets: list[str] | None = None) -> int:
+    """Run ``dvc repro [TARGET ...]`` in ``project`` (output streamed); returns its exit status.
+    With ``jobs`` > 1, independent stages run side by side (:mod:`aegisbench.pipeline.schedule`).
+    An unknown target is refused (BadInput) before any stage runs."""
     from aegisbench.pipeline.schedule import load_plan, run_plan
 
-    plan = load_plan(project)
+    plan = load_plan(project, targets)  # names the targets check: refused before anything runs
+    if jobs <= 1:
+        return subprocess.run([sys.executable, "-m", "dvc", "repro", *(targets or [])], cwd=project,
+                              env=_env()).returncode
     if not plan.stages:
         print("Data and pipelines are up to date.")
         return 0
     log.info("%d stage(s) to reproduce, up to %d at a time: %s", len(plan.stages), jobs, ", ".join(plan.stages))
     return run_plan(plan, project, jobs, env=_env())
+
+
+def stage_names(dvc_yaml: dict, params: dict) -> list[str]:
+    """The stage names ``dvc repro`` takes as targets in a ``dvc.yaml``: each stage, and each
+    ``foreach`` item as ``name@key`` (a list item is its own key; ``${a.b}`` read from ``params``).
+
+    >>> stage_names({"stages": {"a": {}, "e": {"foreach": "${s}"}, "t": {"foreach": {"x": {}}}}}, {"s": ["p", "q"]})
+    ['a', 'e', 'e@p', 'e@q', 't', 't@x']
+    """
+    names = []
+    for name, spec in (dvc_yaml.get("stages") or {}).items():
+        names.append(name)
+        items = (spec or {}).get("foreach")
+        if isinstance(items, str) and items.startswith("${") and items.endswith("}"):
+            ref, items = items[2:-1], params
+            for part in ref.split("."):
+                items = items.get(part) if isinstance(items, dict) else None
+        if isinstance(items, dict):
+            names += [f"{name}@{k}" for k in items]
+        elif isinstance(items, list):
+            names += [f"{name}@{k}" for k in items if isinstance(k, (str, int))]
+    return names
+
+
+def check_stages(checkout: Path, params: dict, targets: list[str]) -> None:
+    """BadInput naming the first target that is no stage of ``checkout``'s dvc.yaml."""
+    known = stage_names(yaml.safe_load((checkout / "dvc.yaml").read_text()) or {}, params)
+    for t in targets:
+        if t not in known:
+            raise BadInput(f"unknown stage {t!r}{did_you_mean(t, known)}; the stages: {', '.join(known)}",
+                           where="STAGE")
 
 
 def check_runnable(checkout: Path) -> None:

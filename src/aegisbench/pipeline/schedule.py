@@ -85,9 +85,10 @@ class Plan:
         return sorted(free, key=lambda s: (-rank[s], order[s]))
 
 
-def load_plan(project: str | Path) -> Plan:
-    """The stages ``dvc repro`` would consider: those DVC reports changed and every stage
-    downstream of one (their inputs change when it reruns)."""
+def load_plan(project: str | Path, targets: list[str] | None = None) -> Plan:
+    """The stages ``dvc repro [TARGET ...]`` would consider: those DVC reports changed and every
+    stage downstream of one (their inputs change when it reruns); with ``targets``, only the
+    targets and the stages they depend on (an unknown target: BadInput)."""
     from dvc.repo import Repo
 
     with Repo(str(project)) as repo:
@@ -99,12 +100,39 @@ def load_plan(project: str | Path) -> Plan:
         status = repo.status()  # keyed by addressing relative to this process's directory
         changed = {names[s] for s in stages if s.addressing in status}
     order = [names[s] for s in stages]
+    wanted = _wanted(order, upstream_all, targets)
     todo: set[str] = set()
     for name in _topological(order, upstream_all):
-        if name in changed or upstream_all[name] & todo:
+        if name in wanted and (name in changed or upstream_all[name] & todo):
             todo.add(name)
     keep = [s for s in order if s in todo]
     return Plan(keep, {s: upstream_all[s] & todo for s in keep}, {s: minutes[s] for s in keep})
+
+
+def _wanted(order: list[str], upstream: dict[str, set[str]], targets: list[str] | None) -> set[str]:
+    """Every stage (no targets), else the targets and all they depend on; BadInput naming the
+    first unknown target.
+
+    >>> sorted(_wanted(["a", "b", "c"], {"a": set(), "b": {"a"}, "c": set()}, ["b"]))
+    ['a', 'b']
+    """
+    if not targets:
+        return set(order)
+    from aegisbench.errors import BadInput
+    from aegisbench.fields import did_you_mean
+
+    for t in targets:
+        if t not in upstream:
+            raise BadInput(f"unknown stage {t!r}{did_you_mean(t, order)}; the stages: {', '.join(order)}",
+                           where="STAGE")
+    seen: set[str] = set()
+    stack = list(targets)
+    while stack:
+        s = stack.pop()
+        if s not in seen:
+            seen.add(s)
+            stack.extend(upstream[s])
+    return seen
 
 
 def _address(stage, root: str) -> str:
