@@ -94,7 +94,7 @@ class MapSet:
 
     def __post_init__(self) -> None:
         p = np.asarray(self.p)
-        p = p.astype(np.float64 if p.dtype != np.float32 else np.float32).reshape(len(p), -1)
+        p = p.astype(np.float64 if p.dtype != np.float32 else np.float32, copy=False).reshape(len(p), -1)
         object.__setattr__(self, "p", p)
         object.__setattr__(self, "y", np.asarray(self.y, bool).reshape(p.shape))
         if self.valid is not None:
@@ -127,14 +127,23 @@ def dice_label(d: float) -> str:
     return f"dice:[{k / 10:.1f},{(k + 1) / 10:.1f}{']' if k == 9 else ')'}"
 
 
-def ap_rows(p: np.ndarray, y: np.ndarray) -> np.ndarray:
+def ap_rows(p: np.ndarray, y: np.ndarray, rank: np.ndarray | None = None) -> np.ndarray:
     """Average precision (scikit-learn definition, ties grouped) of every row, vectorised:
     ``sum_k gain_k P_k / n_pos`` over the tie groups (the precision of ``metrics._pr_curve``;
     the sum runs in this order, which may differ from ``metrics.average_precision`` in the
-    last bit)."""
+    last bit). ``rank``: each value's rank among the distinct values of ``p`` (equal values,
+    equal ranks), which orders the pixels as ``p`` does (a radix sort below 2^16 ranks).
+
+    >>> p = np.array([[0.5, 0.25, 0.5, 1.0]]); y = np.array([[1, 0, 0, 1]], bool)
+    >>> ap_rows(p, y).tolist() == ap_rows(p, y, np.array([[1, 0, 1, 2]])).tolist() == [0.8333333333333333]
+    True
+    """
     p = np.asarray(p, np.float64)
     y = np.asarray(y, bool)
-    order = np.argsort(-p, axis=1, kind="stable")
+    if rank is not None and p.size and int(rank.max()) < 1 << 16:
+        order = np.argsort((int(rank.max()) - rank).astype(np.uint16), axis=1, kind="stable")
+    else:
+        order = np.argsort(-p, axis=1, kind="stable")
     ps = np.take_along_axis(p, order, 1)
     ys = np.take_along_axis(y, order, 1).astype(np.float64)
     tps = np.cumsum(ys, axis=1)
@@ -150,15 +159,22 @@ def ap_rows(p: np.ndarray, y: np.ndarray) -> np.ndarray:
     return ratio((gain * prec).sum(axis=1), pos[:, 0])
 
 
-def _per_map_scores(ms: MapSet, cfg: ScoreConfig) -> dict[str, np.ndarray]:
-    """Per-map precision, recall, F1, AP and Brier (for the ``*_sd_maps`` spreads of Fig. 7)."""
+def _per_map_scores(ms: MapSet, cfg: ScoreConfig, rank: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Per-map precision, recall, F1, AP and Brier (for the ``*_sd_maps`` spreads of Fig. 7);
+    ``rank``: the pixels' ranks among the distinct forecasts (:func:`distinct_ranks`), if known."""
     p, y = ms.p, ms.y
-    v = np.ones_like(y) if ms.valid is None else ms.valid
     pred = p > cfg.threshold
-    f = count_statistics(np.stack([(pred & y & v).sum(1), (pred & ~y & v).sum(1), (~pred & y & v).sum(1)], axis=1))
-    brier = (((p.astype(np.float64) - y) ** 2) * v).sum(1) / np.maximum(v.sum(1), 1)
+    if ms.valid is None:  # every pixel counts: the same sums, without the all-true mask
+        v = None
+        f = count_statistics(np.stack([(pred & y).sum(1), (pred & ~y).sum(1), (~pred & y).sum(1)], axis=1))
+        brier = ((p.astype(np.float64) - y) ** 2).sum(1) / np.full(len(p), max(p.shape[1], 1))
+    else:
+        v = ms.valid
+        f = count_statistics(np.stack([(pred & y & v).sum(1), (pred & ~y & v).sum(1), (~pred & y & v).sum(1)], axis=1))
+        brier = (((p.astype(np.float64) - y) ** 2) * v).sum(1) / np.maximum(v.sum(1), 1)
     if ms.valid is None:
-        ap = np.concatenate([ap_rows(p[a:a + 256], y[a:a + 256]) for a in range(0, len(p), 256)])
+        ap = np.concatenate([ap_rows(p[a:a + 256], y[a:a + 256], None if rank is None else rank[a:a + 256])
+                             for a in range(0, len(p), 256)])
     else:
         ap = np.array([M.average_precision(p[i][v[i]], y[i][v[i]]) if v[i].any() else 0.0 for i in range(len(p))])
     return {"precision": f["precision"], "recall": f["recall"], "f1": f["f1"], "average_precision": ap, "brier": brier}
@@ -248,11 +264,11 @@ def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence, collect: dict | No
     rows: list[dict] = []
     calib: dict = {}
     per_map = None
-    # once per map set: each pixel's rank among the distinct forecasts and its calibration bins
+    # once per map set: each pixel's rank among the distinct forecasts, and its calibration bins (by rank)
     scores_all, rank = distinct_ranks(ms.p)
-    bins = M._bin_ids(ms.p, cfg.n_bins).astype(np.int16 if cfg.n_bins < 2**15 else np.int64)
+    bins = M._bin_ids(scores_all, cfg.n_bins).astype(np.int16 if cfg.n_bins < 2**15 else np.int64)[rank]  # by score
     obins = None if ms.floor_y is None else M._bin_ids(ms.oracle, cfg.n_bins).astype(bins.dtype)
-    seed_ece = M.ece_per_map(ms.p, ms.y, ms.valid)  # seed 003's ECE of every map (NaN: one outcome only)
+    seed_ece = M.ece_per_map(ms.p, ms.y, ms.valid, ranks=(scores_all, rank))  # seed 003 ECE per map (NaN: 1 outcome)
     cells = _cells(ms)
     # atoms: maps that fall in the same cells; every cell is a union of atoms, so each
     # pixel is gathered once and every cell is pooled from the sufficient statistics
@@ -285,7 +301,7 @@ def score_mapset(ms: MapSet, cfg: ScoreConfig, key: Sequence, collect: dict | No
         rows += _cell_rows(cell, Wu, inv, cfg, t, stratum, cell.n)
         n_present = int((cell.n_u > 0).sum())
         if t is None:
-            per_map = per_map if per_map is not None else _per_map_scores(ms, cfg)
+            per_map = per_map if per_map is not None else _per_map_scores(ms, cfg, rank)
             if collect is not None and (stratum == "all" or stratum.startswith("var_z")):
                 _collect(collect, stratum, cell, per_map, sel)
             for name in SD_METRICS:

@@ -43,8 +43,9 @@ DESCRIPTIONS = {
 
 
 def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, manifest: dict,
-                       convlstm_cfg=None) -> tuple[list[Key], np.ndarray]:
-    """Keys and ``(n, H, W)`` maps of one reference forecaster over every test key."""
+                       convlstm_cfg=None, dtype: str = "float32") -> tuple[list[Key], np.ndarray]:
+    """Keys and ``(n, H, W)`` maps of one reference forecaster over every test key, rounded
+    to float32 and then to ``dtype`` (the dtype they are written in)."""
     if name not in F.BASELINES:
         raise BadInput(f"unknown baseline {name!r}; expected one of {F.BASELINES}", where="--only")
     net = None
@@ -61,7 +62,7 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
     for s in sorted({s for s, _ in truth}):
         inp = F.inputs_for(truth, task, s)
         if name == "oracle":
-            probs = F.oracle(inp, truth)
+            probs = F.oracle(inp, truth, dtype)
         elif name == "persistence":
             probs = F.persistence(inp.observed, task.horizon)
         elif name == "spread_heuristic":
@@ -69,10 +70,11 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
         else:
             from aegisbench.forecasters.convlstm import predict_convlstm
             probs = predict_convlstm(net, inp.tree, inp.observed, inp.p_ignite, task.horizon)
-        for i in range(len(inp.ics)):
-            for j, f in enumerate(inp.frames):
-                keys.append((f"firespread_s{s}", int(inp.ics[i]), int(inp.realizations[i]), int(f)))
-        maps.append(np.asarray(probs, np.float32).reshape(-1, *probs.shape[-2:]))
+        config, frames = f"firespread_s{s}", [int(f) for f in inp.frames]
+        keys += [(config, ic, r, f) for ic, r in zip(inp.ics.tolist(), inp.realizations.tolist()) for f in frames]
+        if probs.dtype != np.dtype(dtype) or probs.dtype.itemsize > 4:  # float32 first, then dtype
+            probs = np.asarray(probs, np.float32).astype(dtype, copy=False)
+        maps.append(probs.reshape(-1, *probs.shape[-2:]))
     return keys, np.concatenate(maps)
 
 
@@ -89,7 +91,7 @@ def write_baselines(dataset: str | Path, out_dir: str | Path, names=F.BASELINES,
     manifest, truth, task = load_dataset_truth(dataset)
     folders = []
     for name in names:
-        keys, maps = baseline_forecasts(name, dataset, truth, task, manifest, convlstm_cfg)
+        keys, maps = baseline_forecasts(name, dataset, truth, task, manifest, convlstm_cfg, dtype)
         meta = {"name": f"firespread_{name}", "team": "AegisBench reference", "track": "firespread",
                 "model": name, "contact": "maintainers", "license": "mit", "description": DESCRIPTIONS[name],
                 "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}

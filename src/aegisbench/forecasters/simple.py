@@ -62,9 +62,12 @@ def inputs_for(truth: dict[tuple[int, int], EnsembleTruth], task: TaskSpec, s_le
                           np.array(obs, bool), task.frames)
 
 
-def oracle(inputs: ForecastInputs, truth: dict[tuple[int, int], EnsembleTruth]) -> np.ndarray:
-    """``(n, horizon, H, W)``: the ensemble burn frequency of each target's initial condition."""
-    return np.stack([truth[(inputs.s_level, int(ic))].probability(inputs.frames) for ic in inputs.ics])
+def oracle(inputs: ForecastInputs, truth: dict[tuple[int, int], EnsembleTruth], dtype=np.float32) -> np.ndarray:
+    """``(n, horizon, H, W)``: the ensemble burn frequency of each target's initial condition,
+    rounded to float32 and then to ``dtype`` (computed once per initial condition)."""
+    ics, inv = np.unique(inputs.ics, return_inverse=True)
+    per_ic = np.stack([truth[(inputs.s_level, int(ic))].probability(inputs.frames) for ic in ics])
+    return per_ic.astype(np.float32).astype(dtype, copy=False)[np.asarray(inv).reshape(-1)]
 
 
 def persistence(observed: np.ndarray, horizon: int) -> np.ndarray:
@@ -83,19 +86,45 @@ def _dilate(mask: np.ndarray, offsets) -> np.ndarray:
     return out
 
 
+def _dilate_moore(mask: np.ndarray) -> np.ndarray:
+    """:func:`_dilate` by the Moore neighbourhood of radius 1, as two separable passes."""
+    rows = mask.copy()
+    rows[..., 1:, :] |= mask[..., :-1, :]
+    rows[..., :-1, :] |= mask[..., 1:, :]
+    out = rows.copy()
+    out[..., 1:] |= rows[..., :-1]
+    out[..., :-1] |= rows[..., 1:]
+    return out
+
+
 def geodesic_distance(source: np.ndarray, passable: np.ndarray, offsets=None) -> np.ndarray:
-    """Steps from ``source`` through ``passable`` cells (Moore by default); -1 = unreachable."""
-    offsets = offsets or neighbourhood_offsets("moore", 1)
-    dist = np.where(source, 0, -1).astype(np.int32)
-    reached = source.copy()
+    """Steps from ``source`` through ``passable`` cells (Moore by default); -1 = unreachable.
+    Over a batch ``(n, H, W)``, a map stops being grown once its front is exhausted.
+
+    >>> src = np.zeros((2, 1, 4), bool); src[:, 0, 0] = True
+    >>> geodesic_distance(src, np.array([[[1, 1, 0, 1]], [[1, 1, 1, 1]]], bool)).tolist()
+    [[[0, 1, -1, -1]], [[0, 1, 2, 3]]]
+    """
+    moore = not offsets or tuple(map(tuple, offsets)) == neighbourhood_offsets("moore", 1)
+    grow = _dilate_moore if moore else (lambda m: _dilate(m, offsets))
+    source, passable = np.asarray(source, bool), np.asarray(passable, bool)
+    shape = np.broadcast_shapes(source.shape, passable.shape)
+    src = np.broadcast_to(source, shape).reshape(-1, *shape[-2:])
+    ok = np.broadcast_to(passable, shape).reshape(-1, *shape[-2:])
+    dist = np.where(src, 0, -1).astype(np.int32)
+    live = np.arange(len(src))
+    reached, ok, sub = src.copy(), ok, dist.copy()
     d = 0
-    while True:
+    while live.size:
         d += 1
-        grown = _dilate(reached, offsets) & passable & ~reached
-        if not grown.any():
-            return dist
-        dist[grown] = d
+        grown = grow(reached) & ok & ~reached
+        alive = grown.reshape(len(grown), -1).any(axis=1)
+        if not alive.all():
+            dist[live[~alive]] = sub[~alive]
+            live, reached, ok, sub, grown = live[alive], reached[alive], ok[alive], sub[alive], grown[alive]
+        sub[grown] = d
         reached |= grown
+    return dist.reshape(shape)
 
 
 def spread_heuristic(tree: np.ndarray, observed: np.ndarray, horizon: int) -> np.ndarray:

@@ -148,8 +148,8 @@ def forecasts_from_table(table: pa.Table, where: str, shape: tuple[int, int],
     maps = _maps(table, where, shape)
     out: dict[Key, np.ndarray] = {}
     exp = None if expected is None else set(expected)
-    for i in range(table.num_rows):
-        key = (configs[i], int(ints["initial_condition"][i]), int(ints["realization"][i]), int(ints["t"][i]))
+    ics, reals, ts = (ints[c].tolist() for c in KEY_COLUMNS[1:])
+    for i, key in enumerate(zip(configs, ics, reals, ts)):
         if key in out:
             raise _bad(where, i, "t", f"duplicate forecast for {key}")
         if exp is not None and key not in exp:
@@ -185,8 +185,10 @@ def _key_columns(table: pa.Table, where: str) -> tuple[list, dict[str, np.ndarra
 
 
 def _maps(table: pa.Table, where: str, shape: tuple[int, int]) -> np.ndarray:
-    """The validated ``probability`` column as (n, H, W) float32 maps in [0, 1]."""
-    prob = table.column("probability").combine_chunks()
+    """The validated ``probability`` column as (n, H, W) float32 maps in [0, 1]. Each check
+    runs over every row before the next (the first bad row of the first failing check is
+    named); the chunks of the column are read one at a time, never combined."""
+    prob = table.column("probability")
     if not (pa.types.is_list(prob.type) or pa.types.is_large_list(prob.type)) or not (
             pa.types.is_list(prob.type.value_type) or pa.types.is_large_list(prob.type.value_type)) or not (
             pa.types.is_floating(prob.type.value_type.value_type) or pa.types.is_integer(prob.type.value_type.value_type)):
@@ -195,28 +197,50 @@ def _maps(table: pa.Table, where: str, shape: tuple[int, int]) -> np.ndarray:
     n = table.num_rows
     if prob.null_count:
         raise _bad(where, int(np.flatnonzero(prob.is_null().to_numpy(zero_copy_only=False))[0]), "probability", "null map")
-    outer_len = np.diff(prob.offsets.to_numpy())
+    chunks = [c for c in prob.chunks if len(c)]
+    outer_len = np.concatenate([np.diff(c.offsets.to_numpy()) for c in chunks] or [np.zeros(0, np.int64)])
     bad = np.flatnonzero(outer_len != h)
     if bad.size:
         raise _bad(where, int(bad[0]), "probability", f"map has {int(outer_len[bad[0]])} rows, expected {h}")
-    rows_arr = prob.flatten()
-    inner_len = np.diff(rows_arr.offsets.to_numpy()).reshape(n, h) if n else np.zeros((0, h), np.int64)
-    bad = np.flatnonzero((inner_len != w).any(axis=1))
+    rows = [c.flatten() for c in chunks]
+    inner_ok = np.concatenate([(np.diff(r.offsets.to_numpy()).reshape(len(c), h) == w).all(axis=1)
+                               for c, r in zip(chunks, rows)] or [np.ones(0, bool)])
+    bad = np.flatnonzero(~inner_ok)
     if bad.size:
         raise _bad(where, int(bad[0]), "probability", f"map rows must have {w} values")
-    vals = rows_arr.flatten()
-    if vals.null_count:
-        first = int(np.flatnonzero(vals.is_null().to_numpy(zero_copy_only=False))[0]) // (h * w)
-        raise _bad(where, first, "probability", "null value in map")
-    maps = vals.to_numpy(zero_copy_only=False).astype(np.float32).reshape(n, h, w)
-    flat = maps.reshape(n, -1)
-    nan_rows = np.flatnonzero(np.isnan(flat).any(axis=1))
-    if nan_rows.size:
-        raise _bad(where, int(nan_rows[0]), "probability", "NaN in map")
-    out_rows = np.flatnonzero(((flat < 0) | (flat > 1)).any(axis=1))
-    if out_rows.size:
-        raise _bad(where, int(out_rows[0]), "probability", "value outside [0, 1]")
+    vals = [r.flatten() for r in rows]
+    starts = np.cumsum([0] + [len(c) for c in chunks])
+    for v, row0 in zip(vals, starts):
+        if v.null_count:
+            first = row0 + int(np.flatnonzero(v.is_null().to_numpy(zero_copy_only=False))[0]) // (h * w)
+            raise _bad(where, int(first), "probability", "null value in map")
+    maps = np.empty((n, h, w), np.float32)
+    nan_rows, out_rows = np.zeros(n, bool), np.zeros(n, bool)
+    for v, a, b in zip(vals, starts[:-1], starts[1:]):
+        _map_values(v.to_numpy(zero_copy_only=False), maps[a:b], nan_rows[a:b], out_rows[a:b])
+    if nan_rows.any():
+        raise _bad(where, int(np.flatnonzero(nan_rows)[0]), "probability", "NaN in map")
+    if out_rows.any():
+        raise _bad(where, int(np.flatnonzero(out_rows)[0]), "probability", "value outside [0, 1]")
     return maps
+
+
+def _map_values(vals: np.ndarray, out: np.ndarray, nan_rows: np.ndarray, out_rows: np.ndarray) -> None:
+    """Store the values of ``len(out)`` maps as float32 in ``out``; flag the maps holding a NaN
+    and those holding a value outside [0, 1] (of the float32 values; NaN is not outside)."""
+    n = len(out)
+    if vals.dtype == np.float16:  # exact in float32: checked on the bits (sign bit, exponent, mantissa)
+        bits = vals.view(np.uint16).reshape(n, -1)
+        if int(bits.max(initial=0)) > 0x3C00:  # else every value lies in [+0, 1]
+            nan = (bits & 0x7FFF) > 0x7C00
+            nan_rows |= nan.any(axis=1)
+            out_rows |= ((bits > 0x3C00) & (bits != 0x8000) & ~nan).any(axis=1)
+        out[...] = vals.reshape(out.shape)
+        return
+    flat = vals.astype(np.float32).reshape(n, -1)
+    nan_rows |= np.isnan(flat).any(axis=1)
+    out_rows |= ((flat < 0) | (flat > 1)).any(axis=1)
+    out.reshape(n, -1)[...] = flat
 
 
 def _unknown_field(key: Key, expected: set[Key]) -> str:

@@ -85,12 +85,13 @@ SEED003_ECE_BINS = 15
 _MAP_CHUNK = 256  # maps binned at once by :func:`ece_per_map`
 
 
-def ece_per_map(p, y, valid=None, n_bins: int = SEED003_ECE_BINS) -> np.ndarray:
+def ece_per_map(p, y, valid=None, n_bins: int = SEED003_ECE_BINS, ranks=None) -> np.ndarray:
     """ECE of every map (row of ``p``) on its own pixels, as seed 003's code computes it per sample:
     ``sum_k |I_k| / N |mean p_k - mean y_k|`` = ``sum_k |sum_{I_k} (p - y)| / N`` over ``n_bins``
     equal-width bins with edges ``k / n_bins``, right-closed, the first also holding 0 (``get_ece``
     with ``get_equal_prob_bins``). NaN for a map whose (``valid``) outcomes are all 0 or all 1: the
-    seed's evaluation skips such a sample, so a mean over maps leaves it out.
+    seed's evaluation skips such a sample, so a mean over maps leaves it out. ``ranks``: ``(scores,
+    rank)`` with ``scores[rank] == p`` (``firespread_cells.distinct_ranks``), to bin each distinct score once.
 
     >>> ece_per_map([[0.25, 0.75, 0.75, 0.25], [0.5, 0.5, 0.5, 0.5]], [[0, 1, 1, 1], [0, 0, 0, 0]], n_bins=2).tolist()
     [0.25, nan]
@@ -102,12 +103,16 @@ def ece_per_map(p, y, valid=None, n_bins: int = SEED003_ECE_BINS) -> np.ndarray:
     if not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive int, got {n_bins!r}")
     edges = np.arange(1, n_bins) / n_bins  # k / n exactly as get_equal_prob_bins computes them
+    if ranks is not None:
+        lut, rank = np.searchsorted(edges, np.asarray(ranks[0], np.float64)), np.asarray(ranks[1]).reshape(p.shape)
     out = np.full(len(p), np.nan)
     for a in range(0, len(p), _MAP_CHUNK):
         pa, ya, va = p[a:a + _MAP_CHUNK].astype(np.float64), y[a:a + _MAP_CHUNK], v[a:a + _MAP_CHUNK]
         rows = len(pa)
-        key = (np.arange(rows)[:, None] * n_bins + np.searchsorted(edges, pa))[va]
-        gap = np.bincount(key, weights=(pa - ya)[va], minlength=rows * n_bins).reshape(rows, n_bins)
+        b = np.searchsorted(edges, pa) if ranks is None else lut[rank[a:a + _MAP_CHUNK]]
+        key, diff = np.arange(rows)[:, None] * n_bins + b, pa - ya
+        key, diff = (key.reshape(-1), diff.reshape(-1)) if valid is None else (key[va], diff[va])
+        gap = np.bincount(key, weights=diff, minlength=rows * n_bins).reshape(rows, n_bins)
         n, pos = va.sum(axis=1), (ya & va).sum(axis=1)
         both = (pos > 0) & (pos < n)
         out[a:a + rows] = np.where(both, ratio(np.abs(gap).sum(axis=1), n, np.nan), np.nan)
