@@ -222,3 +222,26 @@ def test_run_outside_a_checkout_exits_2_and_writes_nothing(tmp_path, monkeypatch
     assert main(["run"]) == 2
     assert "dvc.yaml" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fast_project_from_before_the_src_layout_is_migrated(tmp_path):
+    """A scratch project whose git tracks a copy of the package at ``aegisbench/`` (the dataset
+    repo's path now, a DVC output): the copy leaves the disk and git's index, so DVC accepts the
+    output."""
+    import subprocess
+
+    dest = tmp_path / "fast"
+    (dest / "aegisbench").mkdir(parents=True)
+    (dest / "aegisbench" / "__init__.py").write_text("# the package, as the scratch copy of 0.6.0 held it\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
+    for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-q", "-m", "old layout"]):
+        subprocess.run(args, cwd=dest, env=env, check=True)
+    prepare_project(ROOT, dest, fast_params(yaml.safe_load((ROOT / "params.yaml").read_text())))
+    tracked = subprocess.run(["git", "ls-files", "--", "aegisbench"], cwd=dest, capture_output=True, text=True,
+                             check=True).stdout
+    assert tracked == "" and not (dest / "aegisbench").exists()
+    assert (dest / "src" / "aegisbench" / "__init__.py").is_file()
+    head = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD"], cwd=dest, capture_output=True,
+                          text=True, check=True).stdout.split()
+    assert not [p for p in head if p.startswith("aegisbench/")] and "dvc.yaml" in head

@@ -94,6 +94,8 @@ def prepare_project(checkout: str | Path, dest: str | Path, params: dict) -> Pat
     dest.mkdir(parents=True, exist_ok=True)
     if (dest / "aegisbench" / "__init__.py").is_file():  # a package copy from before the src layout:
         shutil.rmtree(dest / "aegisbench")  # that name is the dataset repo's now
+    if (dest / ".git").exists():  # a DVC output, which DVC refuses while git still tracks that copy
+        _call(["git", "rm", "-r", "-q", "--cached", "--ignore-unmatch", "aegisbench"], dest)
     for name in PROJECT_DIRS:
         shutil.rmtree(dest / name, ignore_errors=True)
         shutil.copytree(checkout / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
