@@ -21,6 +21,8 @@ RELEASED = {
     "0.5.0": "5f089529f8271fd3e9504080b60d5bbfc4a560441c4c3d32953363c89fba0867",
     # the reference's statistic definitions and s1 motion-blur kernel, WARP noise swept at detection time
     "0.6.0": "745f894a0665c7b0fff38438ea43e5390bdd16947f6fe509b0b1168c2282ce1d",
+    # issue 36: the SAR reference's learning rate (a new draw of every synthetic frame), PNG written run-length
+    "0.7.0": "df206ec8ac735f1128f6cb8166bdb7e915371c4029fa780c1ed44f91845e754f",
 }
 
 
