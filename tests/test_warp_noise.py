@@ -9,6 +9,8 @@ as its own metric. Bad levels: one line naming the key, exit 2, nothing written.
 
 from __future__ import annotations
 
+import hashlib
+
 from pathlib import Path
 
 import numpy as np
@@ -103,9 +105,19 @@ def test_moved_and_renamed_keys_and_flags_are_named(tmp_path, capsys):
 # ------------------------------------------------------------------ L(a) with intervals
 
 
+def _distinct_scores(config: str, split: str, image_id: str, k: int) -> np.ndarray:
+    """Scores no two boxes share (seeded by the image id): AP does not then depend on how ties
+    between a hit and a miss are ordered, which a materialised resample orders by its random image
+    order and the evaluator's weighted resample by the split's (both are COCO-correct)."""
+    seed = int(hashlib.sha256(f"{split}/{image_id}".encode()).hexdigest()[:16], 16)
+    return np.random.default_rng(seed).uniform(0.05, 0.95, k)
+
+
 def _shifted(index, dx: float) -> dict:
-    """Clean-test GT boxes moved ``dx`` px right, keyed (config, split, image_id) of clean."""
-    return gt_table(index, "smoke", shift=lambda c, s: np.array([dx, 0.0, dx, 0.0]), configs=["clean"])
+    """Clean-test GT boxes moved ``dx`` px right, keyed (config, split, image_id) of clean, each
+    with its own score."""
+    return gt_table(index, "smoke", _distinct_scores, shift=lambda c, s: np.array([dx, 0.0, dx, 0.0]),
+                    configs=["clean"])
 
 
 def _sweep_submission(tmp_path: Path, index, levels: dict) -> Path:
