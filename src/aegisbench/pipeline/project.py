@@ -30,7 +30,6 @@ import yaml
 
 from aegisbench.atomic import atomic_write_text
 from aegisbench.errors import BadInput
-from aegisbench.fields import did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -197,11 +196,9 @@ def stage_names(dvc_yaml: dict, params: dict) -> list[str]:
 
 def check_stages(checkout: Path, params: dict, targets: list[str]) -> None:
     """BadInput naming the first target that is no stage of ``checkout``'s dvc.yaml."""
-    known = stage_names(yaml.safe_load((checkout / "dvc.yaml").read_text()) or {}, params)
-    for t in targets:
-        if t not in known:
-            raise BadInput(f"unknown stage {t!r}{did_you_mean(t, known)}; the stages: {', '.join(known)}",
-                           where="STAGE")
+    from aegisbench.pipeline.schedule import check_targets
+
+    check_targets(targets, stage_names(yaml.safe_load((checkout / "dvc.yaml").read_text()) or {}, params))
 
 
 def check_runnable(checkout: Path) -> None:

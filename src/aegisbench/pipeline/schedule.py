@@ -109,6 +109,17 @@ def load_plan(project: str | Path, targets: list[str] | None = None) -> Plan:
     return Plan(keep, {s: upstream_all[s] & todo for s in keep}, {s: minutes[s] for s in keep})
 
 
+def check_targets(targets: list[str], known: list[str]) -> None:
+    """BadInput naming the first of ``targets`` that is not among the stage names ``known``."""
+    from aegisbench.errors import BadInput
+    from aegisbench.fields import did_you_mean
+
+    for t in targets:
+        if t not in known:
+            raise BadInput(f"unknown stage {t!r}{did_you_mean(t, known)}; the stages: {', '.join(known)}",
+                           where="STAGE")
+
+
 def _wanted(order: list[str], upstream: dict[str, set[str]], targets: list[str] | None) -> set[str]:
     """Every stage (no targets), else the targets and all they depend on; BadInput naming the
     first unknown target.
@@ -118,13 +129,7 @@ def _wanted(order: list[str], upstream: dict[str, set[str]], targets: list[str] 
     """
     if not targets:
         return set(order)
-    from aegisbench.errors import BadInput
-    from aegisbench.fields import did_you_mean
-
-    for t in targets:
-        if t not in upstream:
-            raise BadInput(f"unknown stage {t!r}{did_you_mean(t, order)}; the stages: {', '.join(order)}",
-                           where="STAGE")
+    check_targets(targets, order)
     seen: set[str] = set()
     stack = list(targets)
     while stack:
