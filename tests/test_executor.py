@@ -263,3 +263,13 @@ def test_detect_and_evaluate_reject_bad_executor(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--workers" in err and len(err.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())
+
+
+def test_local_workers_fork_outside_a_ray_driver():
+    import sys
+
+    from aegisbench.executor import start_method
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        pytest.skip("Ray is initialized in this process (its driver tests ran here)")
+    assert start_method() is None  # the platform's default start method: fork on Linux

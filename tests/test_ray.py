@@ -76,6 +76,18 @@ def test_ray_build_is_byte_identical_to_local(tiny):
     assert _manifest(root / "two") == _manifest(root / "ref")
 
 
+def test_local_workers_of_a_ray_driver_are_spawned_not_forked(tmp_path):
+    """A fork would copy this driver's Ray core worker into each local worker (CI, issue 36: the
+    driver then died with exit 1 in the local build above); spawned workers leave it alone."""
+    from aegisbench.executor import start_method
+    from test_executor import square
+
+    assert ray.is_initialized() and start_method() == "spawn"
+    for _ in range(3):
+        assert list(map_tasks(square, range(6), Executor("local", 2))) == [x * x for x in range(6)]
+    assert list(map_tasks(slow_square, range(4), RAY)) == [0, 1, 4, 9]  # the driver is still connected
+
+
 def _running_build_tasks() -> list[int]:
     """Pids of Ray workers executing a build shard right now (Ray titles them ``ray::_run_task``)."""
     out = []

@@ -25,18 +25,22 @@ LIMIT_S = 2400
 
 
 def _ray_logs(since: float, lines: int = 25) -> str:
-    """The last lines of every Ray log written since ``since`` (raylet, GCS, workers' errors)."""
+    """The last lines of every Ray log written since ``since`` (raylet, GCS, workers' errors, and
+    the driver's core log, which says why a driver left with exit status 1)."""
     out = []
     for base in (Path("/tmp/ray"), *Path("/tmp").glob("rc*")):
-        for log in sorted(base.glob("session_*/logs/*")):
+        # the driver's own log last: the tail below keeps it
+        logs = sorted(base.glob("session_*/logs/*"),
+                      key=lambda f: (f.parent, "python-core-driver" in f.name, f.name))
+        for log in logs:
             try:
                 if log.is_file() and log.stat().st_mtime >= since and log.stat().st_size and (
-                        log.suffix == ".err" or log.name.startswith(("raylet", "gcs_server"))):
+                        log.suffix == ".err" or log.name.startswith(("raylet", "gcs_server", "python-core-driver"))):
                     tail = log.read_text(errors="replace").splitlines()[-lines:]
                     out.append(f"--- {log}\n" + "\n".join(tail))
             except OSError:
                 continue
-    return "\n".join(out[-12:]) or "(no Ray log written)"
+    return "\n".join(out[-16:]) or "(no Ray log written)"
 
 
 def _child(nodeids: list[str], junit: Path) -> tuple[subprocess.CompletedProcess, bool]:

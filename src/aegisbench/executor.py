@@ -224,9 +224,27 @@ def _die_with_parent(creator: int, deathsig: bool) -> None:
     threading.Thread(target=_watch_parent, args=(parent,), name="aegisbench-parent-watch", daemon=True).start()
 
 
+def start_method() -> str | None:
+    """How local worker processes start: the platform's default (None; fork on Linux), but
+    ``spawn`` in a process that is a Ray driver. A fork copies the driver's Ray core worker (its
+    gRPC threads and sockets) into each worker: the forked workers then speak to the GCS as the
+    driver, and the driver can lose its connection and exit with status 1 and no message (CI,
+    issue 36: the Ray-driver tests died twice in ``build_repo(..., Executor("local", 2))`` right
+    after a Ray build, the forked workers logging GCS reconnects under their own pids)."""
+    ray = sys.modules.get("ray")
+    try:
+        return "spawn" if ray is not None and ray.is_initialized() else None
+    except AttributeError:  # a partial or foreign module named ray
+        return None
+
+
 def _pool(workers: int) -> ProcessPoolExecutor:
+    import multiprocessing
+
     deathsig = threading.current_thread() is threading.main_thread()
-    return ProcessPoolExecutor(workers, initializer=_die_with_parent, initargs=(os.getpid(), deathsig))
+    method = start_method()
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method) if method else None,
+                               initializer=_die_with_parent, initargs=(os.getpid(), deathsig))
 
 
 def _map_processes(fn, tasks: Iterable, executor: Executor) -> Iterator:
