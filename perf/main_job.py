@@ -108,9 +108,12 @@ def recall_floors(project: Path) -> list[dict]:
         rows = [r for r in pq.read_table(metrics).to_pylist() if r["source"] == source
                 and r["config"] == "clean" and r["metric"] == "recall"] if metrics.is_file() else []
         value = rows[0] if rows else None
+        seeds = project / "seeds" / f"reference_{spec['track']}" / "seeds.json"
+        per_seed = json.loads(seeds.read_text()).get("clean_recall", {}) if seeds.is_file() else {}
         out.append({"source": source, "floor": floor, "recall": value and value["value"],
                     "lo": value and value["lo"], "hi": value and value["hi"],
-                    "met": None if value is None or value["value"] is None else value["value"] >= floor})
+                    "met": None if value is None or value["value"] is None else value["value"] >= floor,
+                    "seeds": {k: v for k, v in sorted(per_seed.items(), key=lambda kv: int(kv[0]))}})
     return out
 
 
@@ -131,6 +134,10 @@ def markdown(result: dict) -> str:
         said = ("n/a (no result)" if f["met"] is None else
                 f"{f['recall']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}]: {'met' if f['met'] else '**not met**'}")
         lines.append(f"\nReference `{f['source']}`: clean test recall {said} (floor {f['floor']:.2f}).")
+        if len(f.get("seeds") or {}) > 1:  # reference.seeds > 1: the floor holds for every seed, or says which not
+            low = [f"seed {k}" for k, v in f["seeds"].items() if v is None or v < f["floor"]]
+            every = ", ".join(f"seed {k}: {'n/a' if v is None else f'{v:.3f}'}" for k, v in f["seeds"].items())
+            lines.append(f"Every training seed ({every}): " + ("met." if not low else f"**not met** by {', '.join(low)}."))
     return "\n".join(lines) + "\n"
 
 

@@ -90,6 +90,12 @@ STAGES = {
     "firespread_baselines": Stage(("aegisbench.forecasters.baselines:write_baselines",
                                    "aegisbench.forecasters.simple:BASELINES",
                                    "aegisbench.forecasters.convlstm:ConvLSTMConfig")),
+    "train_seeds": Stage(("aegisbench.pipeline.seeds:train_seeds", "aegisbench.detectors.train_jobs:run_jobs",
+                          "aegisbench.detectors.train_jobs:train_one", "aegisbench.detectors.reference:train_reference",
+                          "aegisbench.params:Params"), data=("src/aegisbench/detectors/aegis_yolo_tiny.yaml",)),
+    # detects and evaluates the extra seeds through the detect and evaluate commands
+    "reference_seeds": Stage(("aegisbench.pipeline.seeds:reference_seeds", *_DETECT,
+                              "aegisbench.evaluation.evaluator:evaluate_submission")),
     "evaluate": Stage(("aegisbench.evaluation.evaluator:evaluate_submission",)),
     "leaderboard": Stage(("aegisbench.leaderboard.build:build_leaderboard",), data=("src/aegisbench/templates",)),
 }

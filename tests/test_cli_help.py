@@ -190,6 +190,8 @@ def test_one_meaning_per_option_name_across_commands():
 def _needs(name: str) -> list[str]:
     return {"detect": ["--detector", "yolo", "--weights", "w.pt", "--track", "sar", "--out", "o"],
             "train-reference": ["--source", "s", "--out", "o"], "export-coco": ["--out", "o"],
+            "train-seeds": ["--source", "s", "--out", "o"],
+            "reference-seeds": ["--models", "m", "--reference", "s", "--detect-stage", "d", "--out", "o"],
             "hosted-board": ["--out", "o", "--revision", "1"], "firespread-ndws": ["a.tfrecord"],
             "calibrate": ["--source-table", "t.parquet", "--sample", "2"]}.get(name, [])
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import polars as pl
 import pytest
 import yaml
 
@@ -142,11 +143,13 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     third = _run([*dvc, "repro"], repo, env)
     ran = _ran(third)
-    assert ran == sorted([f"evaluate@{s}" for s in params["submissions"]] + ["leaderboard"]), ran
+    assert ran == sorted([f"evaluate@{s}" for s in params["submissions"]] + ["leaderboard", "reference_seeds@sar",
+                                                                            "reference_seeds@smoke"]), ran
     params["warp"]["noise_levels"] = [0.1, 0.3]  # no rebuild: the sweep runs at detection time
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     ran = _ran(_run([*dvc, "repro"], repo, env))
-    assert ran == ["detect_reference_smoke", "evaluate@reference_smoke", "leaderboard"], ran
+    assert ran == ["detect_reference_smoke", "evaluate@reference_smoke", "leaderboard", "reference_seeds@smoke"], ran
+    _two_training_seeds(repo, env, dvc, params)
 
     # the compact metrics: a few values per model and per calibration ladder
     shown = json.loads(_run([*dvc, "metrics", "show", "--json"], repo, env))
@@ -215,6 +218,35 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert "predictions.parquet" in failed and "evaluate@broken_team" in failed
     after = {p.relative_to(repo): p.read_bytes() for p in (repo / "leaderboard").rglob("*") if p.is_file()}
     assert after == before
+
+
+def _two_training_seeds(repo: Path, env: dict, dvc: list[str], params: dict) -> None:
+    """reference.seeds: 2 trains one more seed per reference (nothing else retrains), scores it with
+    the row's own detect and evaluate lines, and the board says 2 seeds and shows the spread; a
+    later evaluation change rescoring the seeds retrains none."""
+    assert json.loads((repo / "seeds/reference_sar/seeds.json").read_text())["seeds"] == [0]  # seeds: 1
+    assert "reference\\_sar: 1 training seed (seed 0" in (repo / "leaderboard/README.md").read_text()
+    params["reference"] = {"seeds": 2}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    ran = _ran(_run([*dvc, "repro"], repo, env))
+    assert ran == ["leaderboard", "reference_seeds@sar", "reference_seeds@smoke", "train_seeds@sar",
+                   "train_seeds@smoke"], ran
+    for key in ("sar", "smoke"):
+        seed1 = repo / f"data/models/reference_{key}_seeds/seed_1"
+        assert json.loads((seed1 / "train.json").read_text())["params"]["seed"] == 1
+        assert (seed1 / "weights.pt").read_bytes() != (repo / f"data/models/reference_{key}/weights.pt").read_bytes()
+        table = pl.read_parquet(repo / f"seeds/reference_{key}/seeds.parquet")
+        row = pl.read_parquet(repo / f"results/reference_{key}/metrics.parquet").filter(pl.col("stratum").is_null())
+        assert sorted(table["seed"].unique().to_list()) == [0, 1]
+        assert table.filter(pl.col("primary"))["seed"].unique().to_list() == [0]
+        mine = table.filter(pl.col("seed") == 0).sort(["config", "metric"])
+        assert mine["value"].to_list() == row.sort(["config", "metric"])["value"].to_list()  # the row itself
+        configs = set(table.filter(pl.col("seed") == 1)["config"])
+        assert "clean" in configs and "low_light_s3" in configs
+    board = (repo / "leaderboard/README.md").read_text()
+    assert "reference\\_sar: 2 training seeds (0, 1;" in board and "### Recall across training seeds: `reference_sar`" in board
+    assert 'class="seed-spread"' in (repo / "leaderboard/site/index.html").read_text()
+    assert not list((repo / "seeds").glob("*/scratch"))  # the seeds' scratch submissions are not kept
 
 
 def test_run_outside_a_checkout_exits_2_and_writes_nothing(tmp_path, monkeypatch, capsys):

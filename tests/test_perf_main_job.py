@@ -34,3 +34,32 @@ def test_timeline_from_a_stamped_log(tmp_path):
     assert [r.split(" | ")[0] for r in rows] == ["| sources", "| train_reference@smoke", "| build"]
     assert "n/a (did not finish)" in rows[1] and "| +10 |" in rows[2]
     assert "**15.0 min** (exit 0), 2 cores of CPU X" in table
+
+
+def test_recall_floors_are_judged_for_the_row_and_every_training_seed(tmp_path):
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import yaml
+
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({
+        "sources": {"synthetic_smoke": {"track": "smoke"}, "synthetic_sar": {"track": "sar"}},
+        "reference_detector": {"recall_floor": 0.8, "sources": {"synthetic_smoke": {"recall_floor": 0.5}}}}))
+    for track, source, value in (("smoke", "synthetic_smoke", 0.55), ("sar", "synthetic_sar", 0.79)):
+        (tmp_path / f"results/reference_{track}").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist([
+            {"source": source, "config": "clean", "metric": "recall", "value": value, "lo": value - 0.1,
+             "hi": value + 0.1},
+            {"source": source, "config": "clean", "metric": "precision", "value": 0.1, "lo": 0.0, "hi": 0.2}]),
+            tmp_path / f"results/reference_{track}/metrics.parquet")
+    (tmp_path / "seeds/reference_smoke").mkdir(parents=True)
+    (tmp_path / "seeds/reference_smoke/seeds.json").write_text(json.dumps({"clean_recall": {"0": 0.55, "1": 0.41,
+                                                                                             "2": 0.6}}))
+    floors = {f["source"]: f for f in main_job.recall_floors(tmp_path)}
+    assert floors["synthetic_smoke"]["met"] is True and floors["synthetic_sar"]["met"] is False
+    table = main_job.markdown({"commit": "abcdef123", "machine": {"cpu": "CPU X", "cores": 2}, "rc": 0,
+                               "total_min": 1.0, "stages": {}, "recall_floors": list(floors.values())})
+    assert "Reference `synthetic_sar`: clean test recall 0.790 [0.690, 0.890]: **not met** (floor 0.80)." in table
+    assert ("Every training seed (seed 0: 0.550, seed 1: 0.410, seed 2: 0.600): **not met** by seed 1." in table)
+    assert table.count("Every training seed") == 1  # the SAR reference has no seed table: one seed, no line

@@ -51,7 +51,7 @@ COMMAND_MODULES = [
 COMMAND_GROUPS = {
     "data": ("sources", "build", "verify", "export-coco"),
     "conditions": ("calibrate", "preview"),
-    "detect": ("train-reference", "detect", "warp-detect"),
+    "detect": ("train-reference", "train-seeds", "detect", "warp-detect", "reference-seeds"),
     "firespread": ("firespread-baselines", "firespread-simulate", "firespread-report", "firespread-ndws"),
     "evaluate": ("validate", "evaluate", "import-published"),
     "publish": ("leaderboard", "export", "publish"),

@@ -143,6 +143,7 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=1, help="trainings run at the same time, one process each")
     p.add_argument("--epochs", type=int, help="override reference_detector.epochs")
     p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
+    p.add_argument("--seed", type=int, help="override reference_detector.seed (reference.seeds trains seed, seed+1, ...)")
     p.add_argument("--no-score", action="store_true", help="skip scoring on the source's val/test splits")
     declare_io(p, reads={"params": "--params", "source_table": "--source-table"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_train_reference)
@@ -369,7 +370,7 @@ def cmd_train_reference(args) -> int:
         raise BadInput("two trainings would write the same folder", where="--out")
     if args.source_table and len(args.source) > 1:
         raise BadInput("--source-table names one table: give one --source with it", where="--source-table")
-    jobs = [TrainJob(source, out, args.source_table, args.epochs, args.max_images, not args.no_score)
+    jobs = [TrainJob(source, out, args.source_table, args.epochs, args.max_images, not args.no_score, args.seed)
             for source, out in zip(args.source, args.out)]
     if len(jobs) == 1:
         report = train_one(args.params, jobs[0])

@@ -38,12 +38,13 @@ class TrainJob:
     epochs: int | None = None
     max_images: int | None = None
     score: bool = True
+    seed: int | None = None  # override reference_detector.seed (reference.seeds' extra trainings)
 
     def argv(self, params: str) -> list[str]:
         """The ``aegisbench`` arguments that run this job alone."""
         args = ["train-reference", "--params", str(params), "--source", self.source, "--out", str(self.out)]
         for flag, value in (("--source-table", self.source_table), ("--epochs", self.epochs),
-                            ("--max-images", self.max_images)):
+                            ("--max-images", self.max_images), ("--seed", self.seed)):
             if value is not None:
                 args += [flag, str(value)]
         return args + ([] if self.score else ["--no-score"])
@@ -65,7 +66,8 @@ def reference_params(params, job: TrainJob):
     from aegisbench.detectors.reference import ReferenceParams
 
     ref = ReferenceParams.from_dict(params.raw.get("reference_detector"), job.source)
-    overrides = {k: v for k, v in (("epochs", job.epochs), ("max_images", job.max_images)) if v is not None}
+    overrides = {k: v for k, v in (("epochs", job.epochs), ("max_images", job.max_images), ("seed", job.seed))
+                 if v is not None}
     return dataclasses.replace(ref, **overrides) if overrides else ref
 
 

@@ -314,6 +314,7 @@ class Board:
     references: tuple[str, ...] = ()  # merged submissions marked as reference (listed first, the default row)
     test_images: tuple[tuple[str, int], ...] = ()  # (source, clean test images) of the dataset: a smoke test?
     statuses: dict = field(default_factory=dict)  # submission -> (status, reason or None)
+    seeds: pl.DataFrame | None = None  # the references' training-seed tables (leaderboard.seeds); None: not given
 
 
 def build_board(entries: Sequence[ResultEntry], skipped: Sequence[Skipped], expect: Expectation,

@@ -24,6 +24,7 @@ True
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -44,6 +45,7 @@ from aegisbench.leaderboard.markdown import render_markdown
 from aegisbench.leaderboard.identity import bind_to_submissions, statuses
 from aegisbench.leaderboard.results import (Expectation, Skipped, collect_results, current_dataset_digest,
                                             current_evaluator_version, test_images)
+from aegisbench.leaderboard.seeds import read_seeds
 from aegisbench.leaderboard.site import render_site
 from aegisbench.overlap import refuse_overlap
 from aegisbench.private import private_dir
@@ -132,7 +134,7 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
                       metrics: str | Path | None = None, plots: str | Path | None = None,
                       preview: str | Path | None = None, extra_results=(), submissions=(),
                       private: str | Path | None = None, calibration: str | Path | None = None,
-                      changes: bool = False) -> BuildReport:
+                      changes: bool = False, seeds: str | Path | None = None) -> BuildReport:
     """Merge every current, well-formed results folder and publish ``out`` atomically.
 
     ``extra_results``: results folders merged beside those under ``results`` (None: only
@@ -148,6 +150,8 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
     ``preview``: the ``preview`` stage's folder; its corruption grids become the page's
     condition gallery (one thumbnail per condition of the same frame); ``calibration``: the
     calibrate stage's report, whose measured ladders and verdicts the gallery shows.
+    ``seeds``: the folder of the references' training-seed tables (``aegisbench reference-seeds``,
+    :mod:`~aegisbench.leaderboard.seeds`): each reference row then says how many seeds it has.
     ``changes``: also write ``CHANGES.md``, the cells that differ from the leaderboard published in
     ``out`` before (:func:`~aegisbench.leaderboard.changes_md.write_changes`; the pipeline's stage;
     off for a hosted board, whose revisions are rebuilt byte for byte into an empty folder).
@@ -155,7 +159,7 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
     refs = _references(references)
     refuse_overlap({"--out": out}, {"--results": [results, *extra_results], "--dataset": dataset,
                                     "--submissions": list(submissions), "--preview": preview, "--private": private_dir(private),
-                                    "--calibration": calibration})
+                                    "--calibration": calibration, "--seeds": seeds})
     check_export_paths(results=results, dataset=dataset, out=out, metrics=metrics, plots=plots)
     out = Path(out)
     with output_lock(out):
@@ -163,11 +167,11 @@ def build_leaderboard(results: str | Path | None, dataset: str | Path, out: str 
             if path is not None:
                 clean_leftovers(path)
         return _build(results, dataset, out, evaluator_version, refs, metrics, plots, preview, extra_results,
-                      submissions, private, calibration, changes)
+                      submissions, private, calibration, changes, seeds)
 
 
 def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots, preview=None,
-           extra_results=(), submissions=(), private=None, calibration=None, changes=False) -> BuildReport:
+           extra_results=(), submissions=(), private=None, calibration=None, changes=False, seeds=None) -> BuildReport:
     expect = Expectation(dataset_digest=current_dataset_digest(dataset),
                          evaluator_version=evaluator_version or current_evaluator_version())
     entries, skipped = collect_results(results, expect, extra_results)
@@ -176,6 +180,7 @@ def _build(results, dataset, out: Path, evaluator_version, refs, metrics, plots,
         skipped += unbound
     board = build_board(entries, skipped, expect, references=refs, test_images=test_images(dataset),
                         statuses=statuses(entries, private))
+    board = dataclasses.replace(board, seeds=read_seeds(seeds, board.references))
     missing = tuple(r for r in refs if r not in board.references)
     for ref in missing:
         log.warning("--reference %s: no merged results for this submission; nothing is marked as reference", ref)

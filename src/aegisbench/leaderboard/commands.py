@@ -49,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", default=None, metavar="FILE",
                    help="the calibrate stage's report (calibration/report.json): the gallery shows each ladder's "
                         "measured values, the frames they were measured on and both verdicts (monotone, on target)")
+    p.add_argument("--seeds", default=None, metavar="DIR",
+                   help="the references' training-seed tables (DIR/<submission>/seeds.parquet, written by "
+                        "`aegisbench reference-seeds`): each reference row says how many seeds it has and, with "
+                        "two or more, its metric across seeds beside the interval")
     p.add_argument("--submissions", action="append", default=[], metavar="DIR",
                    help="a folder of submission folders, as stored (repeatable): results whose files are not "
                         "those of DIR/<id> are skipped, so a folder named like another submission cannot stand for it")
@@ -63,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "leaderboard folder or its leaderboard.parquet; compared only on one benchmark_version and "
                         "dataset digest)")
     declare_io(p, reads={"results": "--results", "dataset": "--dataset", "preview": "--preview",
-                         "submissions": "--submissions", "calibration": "--calibration"},  # --private: its private/ (build_leaderboard)
+                         "submissions": "--submissions", "calibration": "--calibration", "seeds": "--seeds"},  # --private: its private/ (build_leaderboard)
                writes={"out": "--out", "metrics": "--metrics", "plots": "--plots"})  # --compare: reads, writes nothing
     p.set_defaults(func=cmd_leaderboard)
     register_export(sub)
@@ -106,7 +110,7 @@ def cmd_leaderboard(args) -> int:
     report = build_leaderboard(args.results, args.dataset, args.out, evaluator_version=args.evaluator_version,
                                references=args.reference, metrics=args.metrics, plots=args.plots,
                                preview=args.preview, submissions=args.submissions, private=args.private,
-                               calibration=args.calibration, changes=True)
+                               calibration=args.calibration, changes=True, seeds=args.seeds)
     for s in report.skipped:
         print(f"skipped {s.folder} ({s.problem}): {s.reason}", file=sys.stderr)
     # --reference ids with no merged results are logged as warnings (stderr) by build_leaderboard;

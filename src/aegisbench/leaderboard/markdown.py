@@ -22,6 +22,7 @@ import polars as pl
 from aegisbench.leaderboard.aggregate import Board
 from aegisbench.leaderboard.findings import section_findings
 from aegisbench.leaderboard.machine import MACHINE_DEPENDENT, MEANING, PORTABLE, by_submission, verdict
+from aegisbench.leaderboard.seeds import seed_views
 from aegisbench.leaderboard.sensor import not_built_text
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (REFERENCE_MARK, REFERENCE_NOTE, ModelRow, Section, family_cells,
@@ -131,6 +132,8 @@ def _section(board: Board, section: Section) -> list[str]:
                    "computed on (machine class)", f"clean {_label(main, section.track)}",
                    f"floor: worst {_label(main, section.track)} (where)"], rows)
     out.append("")
+    views = seed_views(board.seeds, section, main)
+    out += [f"Training seeds: {md_escape(v['note'])}" for v in views] + ([""] if views else [])
     heads = ["condition", "family", "sev."] + [
         f"{_name(m)} (τ {_thr(m.threshold)})" for m in section.models]
     for metric in [m for m in MARKDOWN_METRICS.get(section.track, DETECTION_MARKDOWN) if m in section.metrics]:
@@ -140,9 +143,30 @@ def _section(board: Board, section: Section) -> list[str]:
                                         for m in section.models] for c in section.conditions]
         out += _table(heads, body, ["---", "---", "--:"] + ["--:"] * len(section.models))
         out.append("")
-    out += _warp(section) + _strata(board, section)
+    out += _seed_tables(views) + _warp(section) + _strata(board, section)
     if main:
         out += _families(board, section, main) + _ranks(board, section, main)
+    return out
+
+
+def _seed_tables(views: list[dict]) -> list[str]:
+    """Per reference with two seeds or more: its metric per condition for every seed, beside the
+    row's own value and bootstrap interval."""
+    out = []
+    for v in views:
+        if len(v["seeds"]) < 2:
+            continue
+        out += [f"### {md_escape(v['label'])} across training seeds: {md_code(v['submission'])}", "",
+                f"The seed range exceeds the width of seed {v['primary']}'s 95% interval under {v['wider']} of "
+                f"{len(v['rows'])} conditions: there, a difference between conditions smaller than the range may be "
+                "the training seed's, not the condition's."
+                + (" —: not scored for that seed (the WARP tests run for the row's seed only)." if v["missing"] else ""),
+                ""]
+        heads = ["condition", "sev.", f"seed {v['primary']} (the row) [95% interval]",
+                 *(f"seed {s}" for s in v["seeds"]), "seed range", "interval width", "range > width"]
+        body = [[md_code(r["config"]), str(r["severity"]), r["row"], *r["values"], r["range"], r["width"], r["wider"]]
+                for r in v["rows"]]
+        out += _table(heads, body, ["---", "--:", "--:"] + ["--:"] * (len(v["seeds"]) + 3)) + [""]
     return out
 
 

@@ -26,12 +26,13 @@ from aegisbench.leaderboard.findings import findings_html
 from aegisbench.leaderboard.gallery import gallery_view
 from aegisbench.leaderboard.machine import by_submission, machine_view
 from aegisbench.leaderboard.plots import series_key, write_curves
+from aegisbench.leaderboard.seeds import seed_views
 from aegisbench.leaderboard.sensor import not_built_view
 from aegisbench.leaderboard.strata import strata_tables
 from aegisbench.leaderboard.tables import (NA, REFERENCE_MARK, REFERENCE_NOTE, Section, colour_stops,
                                            better, description, family_cells, floor_rows, fmt_interval, fmt_value,
                                            glossary, heading, heat_colour, is_collapse, is_count, label, rank_groups,
-                                           release, sections, slug, smoke_test)
+                                           primary_metric, release, sections, slug, smoke_test)
 from aegisbench.evaluation.metadata import METADATA_FIELDS, check_metadata, check_url, check_weights_sha256
 from aegisbench.metrics import selection
 from aegisbench.vocab import CLEAN, FAMILIES, FIRESPREAD
@@ -185,7 +186,7 @@ def section_view(board: Board, section: Section, plots: dict) -> dict:
             "columns": heat_columns(list(section.conditions), first_col=1 + has_threshold(section)),
             "groups": groups, "n_conditions": len(section.conditions), "collapses": collapses(section),
             "strata": strata_tables(board, section), "not_built": not_built_view(section),
-            "findings": findings_html(section)}
+            "findings": findings_html(section), "seeds": seed_views(board.seeds, section, primary_metric(section))}
 
 
 def has_threshold(section: Section) -> bool:

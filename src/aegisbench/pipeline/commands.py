@@ -15,8 +15,10 @@ import sys
 from pathlib import Path
 
 from aegisbench.cli import command, export_global_options
-from aegisbench.cli_options import add_dataset_option, add_executor_options, add_no_verify_option, add_params_option
+from aegisbench.cli_options import (add_dataset_option, add_executor_options, add_no_verify_option, add_out_option,
+                                    add_params_option)
 from aegisbench.errors import BadInput
+from aegisbench.overlap import declare_io
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -57,12 +59,70 @@ def register(sub: argparse._SubParsersAction) -> None:
             add_dataset_option(p, "dataset repo to verify after the pull")
             add_no_verify_option(p, "skip verifying the dataset after the pull")
         p.set_defaults(func=cmd_remote, verb=verb)
+    _register_seeds(sub)
+
+
+def _register_seeds(sub: argparse._SubParsersAction) -> None:
+    p = command(sub, "train-seeds", "train a reference detector's extra seeds (params.yaml reference.seeds)",
+                "The row's own seed (reference_detector.seed) is train-reference's; this trains the next "
+                "reference.seeds - 1 with the same recipe, one child process each (--jobs at a time), into "
+                "OUT/seed_<s>/ with OUT/seeds.json; published whole (seeds: 1 writes seeds.json alone).",
+                ["aegisbench train-seeds --source synthetic_sar --out data/models/reference_sar_seeds"])
+    add_params_option(p, "params file (reference.seeds, reference_detector)")
+    p.add_argument("--source", required=True, help="the source the reference is trained on")
+    p.add_argument("--jobs", type=int, default=1, help="trainings run at the same time, one process each")
+    add_out_option(p, "output folder", required=True)
+    declare_io(p, reads={"params": "--params"}, writes={"out": "--out"})
+    p.set_defaults(func=cmd_train_seeds)
+    p = command(sub, "reference-seeds", "score a reference detector's extra seeds as its row, for the "
+                "leaderboard's training-seed spread",
+                "Each seed model of --models (train-seeds) is detected with the arguments of the --detect-stage's "
+                "`aegisbench detect` line in dvc.yaml and evaluated with the evaluate stage's, so the seeds differ "
+                "by the seed alone; the row's own seed is read from its results folder. Writes OUT/seeds.parquet "
+                "and OUT/seeds.json, published whole.",
+                ["aegisbench reference-seeds --models data/models/reference_sar_seeds --reference reference_sar "
+                 "--detect-stage detect_reference_sar --out seeds/reference_sar"])
+    add_params_option(p, "params file (the evaluate stage's ${...} values)")
+    p.add_argument("--models", required=True, help="the seed models folder train-seeds wrote")
+    p.add_argument("--reference", required=True, help="the reference row's submission id (its results folder's name)")
+    p.add_argument("--results", default="results", help="results folder holding the row's results (<reference>/)")
+    p.add_argument("--detect-stage", required=True, help="dvc.yaml stage whose `aegisbench detect` line made the row")
+    p.add_argument("--evaluate-stage", default="evaluate", help="dvc.yaml stage whose `aegisbench evaluate` line "
+                   "scored it (a foreach stage: its item is --reference)")
+    p.add_argument("--jobs", type=int, default=1, help="seeds scored at the same time")
+    add_out_option(p, "output folder", required=True)
+    declare_io(p, reads={"params": "--params", "models": "--models", "results": "--results"}, writes={"out": "--out"})
+    p.set_defaults(func=cmd_reference_seeds)
+
+
+def cmd_train_seeds(args) -> int:
+    from aegisbench.fields import check_int
+    from aegisbench.pipeline.seeds import train_seeds
+
+    check_int(args.jobs, "jobs", lo=1, error=BadInput, where="--jobs")
+    report = train_seeds(args.params, args.source, args.out, jobs=args.jobs)
+    print(f"wrote {args.out}: seeds {report['seeds']} (seed {report['primary']} is the row's, trained by "
+          f"train-reference); {len(report['trained'])} trained in {report['seconds']:.0f} s")
+    return 0
+
+
+def cmd_reference_seeds(args) -> int:
+    from aegisbench.fields import check_int
+    from aegisbench.pipeline.seeds import reference_seeds
+
+    check_int(args.jobs, "jobs", lo=1, error=BadInput, where="--jobs")
+    report = reference_seeds(args.params, args.models, args.reference, args.results, args.out, args.detect_stage,
+                             args.evaluate_stage, jobs=args.jobs)
+    clean = ", ".join(f"seed {s}: {v:.3f}" for s, v in sorted(report["clean_recall"].items(), key=lambda kv: int(kv[0])))
+    print(f"wrote {args.out}: {len(report['seeds'])} seed(s) in {report['seconds']:.0f} s; clean recall {clean}")
+    return 0
 
 
 def cmd_run(args) -> int:
     from aegisbench.detectors.reference import ReferenceParams
     from aegisbench.executor import export_env
     from aegisbench.params import Params
+    from aegisbench.pipeline.seeds import SeedParams
     from aegisbench.pipeline.project import (PAGE, check_runnable, check_stages, dvc_repro, fast_params,
                                              prepare_project)
 
@@ -72,6 +132,7 @@ def cmd_run(args) -> int:
         raise BadInput(f"must be at least 1, got {args.jobs}", where="--jobs")
     params = Params.load(args.params)  # validates before anything runs
     ReferenceParams.check_section(params.raw.get("reference_detector"))  # and the trainer's recipe
+    SeedParams.from_dict(params.raw.get("reference"))  # and reference.seeds
     check_stages(checkout, params.raw, args.stages)
     export_env(args.executor, args.workers, args.ray_address, params.build.workers)  # the stages' executor
     export_global_options(args)  # and their -v/-q and --progress-interval
