@@ -172,6 +172,26 @@ def dvc_repro(project: str | Path, jobs: int = 1, targets: list[str] | None = No
     return run_plan(plan, project, jobs, env=_env())
 
 
+_MISSING = object()
+
+
+def param_at(params: dict, ref: str, default=_MISSING):
+    """The value DVC's ``${ref}`` (a dotted key such as ``evaluation.n_resamples``) reads from
+    ``params``; ``default`` where there is none (BadInput naming dvc.yaml when no default is given).
+
+    >>> param_at({"a": {"b": 3}}, "a.b"), param_at({"a": 1}, "a.b", None)
+    (3, None)
+    """
+    node = params
+    for part in ref.split("."):
+        if not isinstance(node, dict) or part not in node:
+            if default is _MISSING:
+                raise BadInput(f"${{{ref}}} is not in params.yaml", where="dvc.yaml")
+            return default
+        node = node[part]
+    return node
+
+
 def stage_names(dvc_yaml: dict, params: dict) -> list[str]:
     """The stage names ``dvc repro`` takes as targets in a ``dvc.yaml``: each stage, and each
     ``foreach`` item as ``name@key`` (a list item is its own key; ``${a.b}`` read from ``params``).
@@ -184,9 +204,7 @@ def stage_names(dvc_yaml: dict, params: dict) -> list[str]:
         names.append(name)
         items = (spec or {}).get("foreach")
         if isinstance(items, str) and items.startswith("${") and items.endswith("}"):
-            ref, items = items[2:-1], params
-            for part in ref.split("."):
-                items = items.get(part) if isinstance(items, dict) else None
+            items = param_at(params, items[2:-1], None)
         if isinstance(items, dict):
             names += [f"{name}@{k}" for k in items]
         elif isinstance(items, list):

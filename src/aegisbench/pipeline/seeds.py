@@ -67,16 +67,11 @@ class SeedParams(Declared, where=WHERE):
 
 def interpolate(text: str, params: dict, item: str | None = None) -> str:
     """``text`` with DVC's ``${a.b}`` taken from ``params`` and ``${item}`` from ``item``."""
+    from aegisbench.pipeline.project import param_at
+
     def value(m: re.Match) -> str:
         key = m.group(1)
-        if key == "item" and item is not None:
-            return item
-        node = params
-        for part in key.split("."):
-            if not isinstance(node, dict) or part not in node:
-                raise BadInput(f"${{{key}}} is not in params.yaml", where="dvc.yaml")
-            node = node[part]
-        return str(node)
+        return item if key == "item" and item is not None else str(param_at(params, key))
     return re.sub(r"\$\{([\w.]+)\}", value, text)
 
 
