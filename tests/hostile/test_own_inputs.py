@@ -5,6 +5,7 @@ a source folder read in the wrong format is refused, not built empty."""
 
 from __future__ import annotations
 
+import argparse
 import shutil
 
 import pytest
@@ -88,79 +89,20 @@ def test_every_command_declares_what_it_reads_and_writes():
     assert undeclared == []
 
 
+# values the parser checks (choices, URL, file suffixes); every other required argument gets "x"
+_VALUES = {"--detector": "yolo", "--track": "sar", "--source-url": "https://e.org", "--source-table": "t.parquet",
+           "--sample": "2", "table": "t.csv", "tfrecords": "a.tfrecord"}
+
+
 def _minimal(name: str) -> list[str]:
-    required = {"detect": ["--detector", "yolo", "--weights", "w.pt", "--track", "sar", "--out", "o"],
-                "warp-detect": ["--detector", "yolo", "--weights", "w.pt", "--submission", "o"],
-                "train-reference": ["--source", "s", "--out", "o"], "export-coco": ["--out", "o"],
-                "evaluate": ["s"], "import-published": ["t.csv", "--id", "x", "--track", "sar", "--name", "n",
-                                                       "--team", "t", "--protocol", "p", "--source-url",
-                                                       "https://e.org", "--citation", "c"],
-                "calibrate": ["--source-table", "t.parquet", "--sample", "2"], "firespread-ndws": ["a.tfrecord"]}
-    return required.get(name, [])
-
-
-def test_refuse_overlap_resolves_links_and_dots(tmp_path):
-    (tmp_path / "real" / "sub").mkdir(parents=True)
-    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
-    with pytest.raises(ValueError, match="holds submission"):
-        refuse_overlap({"--out": tmp_path / "link"}, {"submission": tmp_path / "real" / "sub"})
-    with pytest.raises(ValueError, match="lies inside --dataset"):
-        refuse_overlap({"--out": tmp_path / "real" / "sub" / ".." / "sub" / "x"}, {"--dataset": tmp_path / "real"})
-    with pytest.raises(ValueError, match="--out m.json: is --metrics m.json, another output of the command"):
-        refuse_overlap({"--out": "m.json", "--metrics": "m.json"}, {})
-    refuse_overlap({"--out": tmp_path / "real2"}, {"--dataset": tmp_path / "real", "x": None, "y": []})
-
-
-# ------------------------------------------------------------------ build
-
-
-def _build(tmp_path, src, name, *extra) -> int:
-    return main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-                 "--source-dir", str(src), "--source-format", "yolo", "--source", name, "--class-map", SARD_MAP,
-                 "--split-mode", "folders", *extra])
-
-
-def test_adding_a_source_to_a_repo_is_refused_without_replace(sard, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    assert _build(tmp_path, sard, "a") == 0, capsys.readouterr().err
-    capsys.readouterr()
-    before = files_of(tmp_path / "repo")
-    assert _build(tmp_path, sard, "b") == 2
-    err = _one_line(capsys)
-    assert f"{tmp_path / 'repo'}: already holds source(s) a that this build leaves out" in err and "--replace" in err
-    assert files_of(tmp_path / "repo") == before  # a's splits byte-identical
-    assert _build(tmp_path, sard, "a") == 0  # the same source again: a rebuild, not a loss
-    assert files_of(tmp_path / "repo") == before
-    assert _build(tmp_path, sard, "b", "--replace") == 0
-    assert {p.split("/")[1].split("-")[0] for p in files_of(tmp_path / "repo") if p.startswith("clean/")} == {"b", "b_val"}
-
-
-def test_a_build_over_its_source_folder_is_refused(sard, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    before = files_of(sard)
-    rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(sard.parent),
-               "--source-dir", str(sard), "--source-format", "yolo", "--source", "s", "--class-map", SARD_MAP])
-    assert rc == 2 and f"holds --source-dir {sard}" in _one_line(capsys)
-    assert files_of(sard) == before
-
-
-def test_a_voc_folder_read_as_yolo_is_refused_naming_what_it_looks_like(heridal, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    shutil.copytree(heridal / "testImages", heridal / "valImages")
-    for f in list((heridal / "valImages").iterdir()):
-        f.rename(f.with_name("val_" + f.name))
-    rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
-               "--source-dir", str(heridal), "--source-format", "yolo", "--source", "h", "--class-map", "0=person",
-               "--split-mode", "folders"])
-    err = _one_line(capsys)
-    assert rc == 2 and "source h: no 'person' box in any split" in err
-    assert "no YOLO label file under labels/" in err and "this looks like a VOC folder" in err
-    assert "--source-format voc" in err
-    assert not (tmp_path / "repo").exists()
-
-
-def test_a_class_map_that_drops_every_box_is_refused(sard, tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    rc = _build(tmp_path, sard, "s", "--class-map", ",".join(f"{k}=none" for k in range(6)))
-    err = _one_line(capsys)
-    assert rc == 2 and "no 'person' box in any split" in err and "the class map dropped 3 box(es)" in err
+    """The fewest arguments the sub-command parses: its required options and positionals,
+    derived from the parser so that a new command needs no entry here."""
+    parser = next(a for a in build_parser()._actions if a.dest == "command").choices[name]
+    argv: list[str] = []
+    for action in parser._actions:
+        if action.option_strings and action.required:
+            flag = action.option_strings[-1] if action.option_strings[-1].startswith("--") else action.option_strings[0]
+            argv += [flag, _VALUES.get(flag, "x")]
+        elif not action.option_strings and action.nargs not in ("*", "?", argparse.REMAINDER):
+            argv.append(_VALUES.get(action.dest, "x"))
+    return argv

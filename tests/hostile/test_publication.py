@@ -172,16 +172,16 @@ def test_old_layout_and_first_publication(tmp_path):
 
 def _project_stages() -> dict:
     """The project's digest, evaluate and leaderboard stages as written in dvc.yaml (code deps
-    left out: the code is installed, not copied; the references of the default, the
-    preview grids and the calibration report are not here)."""
+    left out: the code is installed, not copied; the references of the default, their
+    training seeds, the preview grids and the calibration report are not here)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     out = {}
     for name in ("digest", "evaluate", "leaderboard"):
         spec = stages[name]
         body = spec.get("do", spec)
         body["deps"] = [d for d in body["deps"] if not str(d).startswith("src/aegisbench/")
-                        and d not in ("data/preview", "calibration/report.json")]
-        body["cmd"] = re.sub(r"\s*--(reference|preview|calibration) \S+", "", body["cmd"])
+                        and d not in ("data/preview", "calibration/report.json", "seeds")]
+        body["cmd"] = re.sub(r"\s*--(reference|preview|calibration|seeds) \S+", "", body["cmd"])
         out[name] = spec
     return out
 

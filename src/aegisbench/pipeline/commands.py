@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aegisbench.cli import command, export_global_options
 from aegisbench.cli_options import (add_dataset_option, add_executor_options, add_no_verify_option, add_out_option,
-                                    add_params_option)
+                                    add_params_option, add_results_option)
 from aegisbench.errors import BadInput
 from aegisbench.overlap import declare_io
 
@@ -85,7 +85,7 @@ def _register_seeds(sub: argparse._SubParsersAction) -> None:
     add_params_option(p, "params file (the evaluate stage's ${...} values)")
     p.add_argument("--models", required=True, help="the seed models folder train-seeds wrote")
     p.add_argument("--reference", required=True, help="the reference row's submission id (its results folder's name)")
-    p.add_argument("--results", default="results", help="results folder holding the row's results (<reference>/)")
+    add_results_option(p, "results folder holding the row's results (<reference>/)")
     p.add_argument("--detect-stage", required=True, help="dvc.yaml stage whose `aegisbench detect` line made the row")
     p.add_argument("--evaluate-stage", default="evaluate", help="dvc.yaml stage whose `aegisbench evaluate` line "
                    "scored it (a foreach stage: its item is --reference)")
