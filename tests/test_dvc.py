@@ -91,6 +91,7 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
         recipe = (model / "train.json").read_text()
         assert str(repo) not in recipe and "/tmp" not in recipe and '"weights_sha256"' in recipe
     assert (repo / "submissions/reference_smoke/warp_patch.parquet").is_file()
+    _recipe_scores_are_the_rows(repo)
     # WARP noise: not built, swept by warp-detect at warp.noise_levels; each L(a) with its interval
     sweep = json.loads((repo / "results/reference_smoke/warp_noise.json").read_text())["synthetic_smoke"]
     assert [lv["a"] for lv in sweep["levels"]] == [0.1, 0.2, 0.4]  # (a one-epoch model: L may be 0/0, null)
@@ -218,6 +219,27 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
     assert "predictions.parquet" in failed and "evaluate@broken_team" in failed
     after = {p.relative_to(repo): p.read_bytes() for p in (repo / "leaderboard").rglob("*") if p.is_file()}
     assert after == before
+
+
+def _recipe_scores_are_the_rows(repo: Path) -> None:
+    """perf/reference_recipes.py scores a reference's weights on the clean config the way the
+    leaderboard scores its row (the track's threshold rule, the row's tiling, the detect stage's
+    loader): the same frozen threshold and clean test recall as the evaluate stage wrote."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reference_recipes", ROOT / "perf" / "reference_recipes.py")
+    recipes = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipes)
+    for key in ("sar", "smoke"):
+        source = f"synthetic_{key}"
+        got = recipes.score_row_way(repo / f"data/models/reference_{key}/weights.pt", repo / "aegisbench", source,
+                                    recipes.row_tile(repo / "dvc.yaml", source))
+        provenance = json.loads((repo / f"results/reference_{key}/provenance.json").read_text())
+        row = pl.read_parquet(repo / f"results/reference_{key}/metrics.parquet").filter(
+            (pl.col("source") == source) & (pl.col("config") == "clean") & (pl.col("metric") == "recall"))
+        assert got["threshold"] == provenance["frozen_threshold"][source], (key, got)
+        assert got["test_recall"] == round(row["value"][0], 4), (key, got, row)
+        assert got["rule"] == ("seed001" if key == "smoke" else "scores")
 
 
 def _two_training_seeds(repo: Path, env: dict, dvc: list[str], params: dict) -> None:
