@@ -106,3 +106,70 @@ def _minimal(name: str) -> list[str]:
         elif not action.option_strings and action.nargs not in ("*", "?", argparse.REMAINDER):
             argv.append(_VALUES.get(action.dest, "x"))
     return argv
+
+
+def test_refuse_overlap_resolves_links_and_dots(tmp_path):
+    (tmp_path / "real" / "sub").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    with pytest.raises(ValueError, match="holds submission"):
+        refuse_overlap({"--out": tmp_path / "link"}, {"submission": tmp_path / "real" / "sub"})
+    with pytest.raises(ValueError, match="lies inside --dataset"):
+        refuse_overlap({"--out": tmp_path / "real" / "sub" / ".." / "sub" / "x"}, {"--dataset": tmp_path / "real"})
+    with pytest.raises(ValueError, match="--out m.json: is --metrics m.json, another output of the command"):
+        refuse_overlap({"--out": "m.json", "--metrics": "m.json"}, {})
+    refuse_overlap({"--out": tmp_path / "real2"}, {"--dataset": tmp_path / "real", "x": None, "y": []})
+
+
+# ------------------------------------------------------------------ build
+
+
+def _build(tmp_path, src, name, *extra) -> int:
+    return main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
+                 "--source-dir", str(src), "--source-format", "yolo", "--source", name, "--class-map", SARD_MAP,
+                 "--split-mode", "folders", *extra])
+
+
+def test_adding_a_source_to_a_repo_is_refused_without_replace(sard, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _build(tmp_path, sard, "a") == 0, capsys.readouterr().err
+    capsys.readouterr()
+    before = files_of(tmp_path / "repo")
+    assert _build(tmp_path, sard, "b") == 2
+    err = _one_line(capsys)
+    assert f"{tmp_path / 'repo'}: already holds source(s) a that this build leaves out" in err and "--replace" in err
+    assert files_of(tmp_path / "repo") == before  # a's splits byte-identical
+    assert _build(tmp_path, sard, "a") == 0  # the same source again: a rebuild, not a loss
+    assert files_of(tmp_path / "repo") == before
+    assert _build(tmp_path, sard, "b", "--replace") == 0
+    assert {p.split("/")[1].split("-")[0] for p in files_of(tmp_path / "repo") if p.startswith("clean/")} == {"b", "b_val"}
+
+
+def test_a_build_over_its_source_folder_is_refused(sard, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    before = files_of(sard)
+    rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(sard.parent),
+               "--source-dir", str(sard), "--source-format", "yolo", "--source", "s", "--class-map", SARD_MAP])
+    assert rc == 2 and f"holds --source-dir {sard}" in _one_line(capsys)
+    assert files_of(sard) == before
+
+
+def test_a_voc_folder_read_as_yolo_is_refused_naming_what_it_looks_like(heridal, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(heridal / "testImages", heridal / "valImages")
+    for f in list((heridal / "valImages").iterdir()):
+        f.rename(f.with_name("val_" + f.name))
+    rc = main(["build", "--params", str(tmp_path / "no-params.yaml"), "--out", str(tmp_path / "repo"),
+               "--source-dir", str(heridal), "--source-format", "yolo", "--source", "h", "--class-map", "0=person",
+               "--split-mode", "folders"])
+    err = _one_line(capsys)
+    assert rc == 2 and "source h: no 'person' box in any split" in err
+    assert "no YOLO label file under labels/" in err and "this looks like a VOC folder" in err
+    assert "--source-format voc" in err
+    assert not (tmp_path / "repo").exists()
+
+
+def test_a_class_map_that_drops_every_box_is_refused(sard, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rc = _build(tmp_path, sard, "s", "--class-map", ",".join(f"{k}=none" for k in range(6)))
+    err = _one_line(capsys)
+    assert rc == 2 and "no 'person' box in any split" in err and "the class map dropped 3 box(es)" in err
