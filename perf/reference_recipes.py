@@ -43,14 +43,20 @@ def _aegisbench(*argv: str) -> None:
         raise SystemExit(f"aegisbench {argv[0]} exited {rc}")
 
 
-def row_tile(dvc_yaml: Path, source: str) -> int:
+def source_track(dataset: Path, source: str) -> str:
+    """The track the dataset's manifest gives ``source`` (sar or smoke)."""
+    from aegisbench.dataset.manifest import load_manifest
+
+    return load_manifest(dataset)["sources"][source]["track"]
+
+
+def row_tile(dvc_yaml: Path, track: str) -> int:
     """The ``--tile`` of the reference row's ``detect`` line (the detect default otherwise)."""
     from aegisbench.detectors.tiling import TilingParams
     from aegisbench.pipeline.seeds import stage_argv
 
     params = yaml.safe_load((dvc_yaml.parent / "params.yaml").read_text())
-    key = source.removeprefix("synthetic_")
-    argv = stage_argv(yaml.safe_load(dvc_yaml.read_text()), f"detect_reference_{key}", "detect", params)
+    argv = stage_argv(yaml.safe_load(dvc_yaml.read_text()), f"detect_reference_{track}", "detect", params)
     return int(argv[argv.index("--tile") + 1]) if "--tile" in argv else TilingParams().tile
 
 
@@ -79,7 +85,6 @@ def score_row_way(weights: Path, dataset: Path, source: str, tile: int) -> dict:
     from aegisbench.kernels import portable
 
     train = json.loads((weights.parent / "train.json").read_text())
-    track = "smoke" if "smoke" in source else "sar"
     matches, objects = {}, 0
     with portable(1):
         det = load_detector("yolo", weights, DetectorOptions(imgsz=train.get("detect_imgsz"),
@@ -94,7 +99,7 @@ def score_row_way(weights: Path, dataset: Path, source: str, tile: int) -> dict:
                     ign.append(np.asarray(truth[image_id]["ignore"], np.float32).reshape(-1, 4))
             matches[split] = match_images([d.xyxy for d in preds], [d.score for d in preds], gts, ignore_xyxy=ign)
             objects = sum(len(g) for g in gts)
-    rule = TRACK_RULE[track]
+    rule = TRACK_RULE[source_track(dataset, source)]
     threshold, val_f1 = freeze_threshold(matches["val"], rule_grid(rule))
     at = f1_curve(matches["test"], [threshold])
     return {"rule": rule, "threshold": threshold, "val_f1": round(val_f1, 4),
@@ -150,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     train_s = time.perf_counter() - t0
     line = {"source": args.source, "weights": str(weights), "n_train": args.n_train, "epochs": args.epochs,
             "seed": args.seed, "train_minutes": None if args.weights else round(train_s / 60, 1),
-            **score_row_way(weights, Path(args.dataset), args.source, row_tile(Path(args.dvc_yaml), args.source))}
+            **score_row_way(weights, Path(args.dataset), args.source,
+                            row_tile(Path(args.dvc_yaml), source_track(Path(args.dataset), args.source)))}
     print(json.dumps(line))
     log = Path(args.log) if args.log else work / "recipes.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)

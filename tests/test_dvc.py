@@ -233,7 +233,7 @@ def _recipe_scores_are_the_rows(repo: Path) -> None:
     for key in ("sar", "smoke"):
         source = f"synthetic_{key}"
         got = recipes.score_row_way(repo / f"data/models/reference_{key}/weights.pt", repo / "aegisbench", source,
-                                    recipes.row_tile(repo / "dvc.yaml", source))
+                                    recipes.row_tile(repo / "dvc.yaml", key))
         provenance = json.loads((repo / f"results/reference_{key}/provenance.json").read_text())
         row = pl.read_parquet(repo / f"results/reference_{key}/metrics.parquet").filter(
             (pl.col("source") == source) & (pl.col("config") == "clean") & (pl.col("metric") == "recall"))
