@@ -2,9 +2,11 @@
 (issue 36 items 1 and 3): the clean test recall at the threshold the evaluator freezes on clean
 validation with the track's rule (sar: every validation score; smoke: seed 001's grid
 k/100, k = 1..20), on the clean config of a built dataset, with the tiling of the row's own
-``detect`` line in dvc.yaml. ``train-reference``'s own scores (``train.json``) freeze at the
-maximum F1 over every score and tile at the default, so they are not the row's numbers
-(0.855 / 0.286 where the rows say 0.783 / 0.327 for the committed 0.7.0 weights).
+``detect`` line in dvc.yaml. ``train-reference``'s own scores (``train.json``) use the track's
+rule too and tile at ``--score-tile`` (the detect default unless given): they are the row's
+numbers when given the row's tile (``tests/test_dvc.py`` checks both scorers against the
+evaluate stage). This script scores on the built dataset's clean config instead of the source
+table, and checks that a rebuilt source's val/test frames are the dataset's.
 
 The source is rebuilt with ``--n-train`` train sequences (smoke) or images (sar) and the val and
 test frames are checked to be the dataset's own (same SHA-256), so recipes compare on the frames

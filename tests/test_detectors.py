@@ -323,6 +323,12 @@ def test_reference_training_tiny(env, tmp_path, monkeypatch):
     report = json.loads((tmp_path / "ref" / "train.json").read_text())
     assert report["params"]["epochs"] == 1 and report["scores"]["test_images"] == 2
     assert {"test_recall", "test_precision", "test_map50", "threshold"} <= set(report["scores"])
+    # scored as the evaluator scores a sar row (every distinct val score), at detect's default tile
+    assert (report["scores"]["rule"], report["scores"]["tile"]) == ("scores", 1024)
+    # a scoring tile the detector's tiling refuses stops the command before any training
+    assert main(["train-reference", "--params", str(tmp_path / "params.yaml"), "--source", "synthetic_sar",
+                 "--out", str(tmp_path / "bad"), "--score-tile", "100"]) == 2
+    assert not (tmp_path / "bad").exists()
     det = load_detector("yolo", tmp_path / "ref" / "weights.pt")
     assert det.describe()["classes"] == ["person"]
     # nothing is fetched: the only lookup is Ultralytics' optional Arial.ttf check, refused harmlessly

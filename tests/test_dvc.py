@@ -224,8 +224,14 @@ def test_dvc_repro_runs_the_whole_pipeline_then_is_a_no_op(project):
 def _recipe_scores_are_the_rows(repo: Path) -> None:
     """perf/reference_recipes.py scores a reference's weights on the clean config the way the
     leaderboard scores its row (the track's threshold rule, the row's tiling, the detect stage's
-    loader): the same frozen threshold and clean test recall as the evaluate stage wrote."""
+    loader): the same frozen threshold and clean test recall as the evaluate stage wrote. So does
+    ``train-reference``'s own scorer (on the source table, with ``--score-tile`` the row's tile)."""
     import importlib.util
+
+    from aegisbench.detectors.interface import DetectorOptions, load_detector
+    from aegisbench.detectors.reference import score_on_source
+    from aegisbench.detectors.tiling import TilingParams
+    from aegisbench.kernels import portable
 
     spec = importlib.util.spec_from_file_location("reference_recipes", ROOT / "perf" / "reference_recipes.py")
     recipes = importlib.util.module_from_spec(spec)
@@ -239,6 +245,14 @@ def _recipe_scores_are_the_rows(repo: Path) -> None:
             (pl.col("source") == source) & (pl.col("config") == "clean") & (pl.col("metric") == "recall"))
         assert got["threshold"] == provenance["frozen_threshold"][source], (key, got)
         assert got["test_recall"] == round(row["value"][0], 4), (key, got, row)
+        weights = repo / f"data/models/reference_{key}/weights.pt"
+        imgsz = json.loads((weights.parent / "train.json").read_text())["detect_imgsz"]
+        with portable(1):
+            det = load_detector("yolo", weights, DetectorOptions(
+                imgsz=imgsz, tiling=TilingParams(tile=recipes.row_tile(repo / "dvc.yaml", key))))
+            own = score_on_source(det, repo / f"data/sources/{source}.parquet", key)
+        assert (own["rule"], own["threshold"], own["test_recall"]) == (got["rule"], got["threshold"],
+                                                                       got["test_recall"]), (key, own, got)
         assert got["rule"] == ("seed001" if key == "smoke" else "scores")
 
 

@@ -233,6 +233,31 @@ class Declared:
         validate(self)
         self.cross_check()
 
+    @classmethod
+    def mapping_of(cls, raw: Any, where: str | None = None, also: Collection[str] = ()) -> dict:
+        """``raw`` (a params section; None: empty) as a new dict whose keys are this class's
+        fields or ``also``: :class:`BadInput` at ``where`` (default: the class's) otherwise.
+
+        >>> @dataclass(frozen=True)
+        ... class P(Declared, where="params.yaml: p"):
+        ...     n: int = param(1, lo=0)
+        >>> P(**P.mapping_of({"n": 2}))
+        P(n=2)
+        >>> P.mapping_of({"m": 2})
+        Traceback (most recent call last):
+        ...
+        aegisbench.errors.BadInput: params.yaml: p: unknown keys ['m']
+        """
+        where = where or cls._where or cls.__name__
+        if raw is None:
+            return {}
+        if not isinstance(raw, Mapping):
+            raise BadInput(f"must be a mapping, got {type(raw).__name__}", where=where)
+        extra = sorted(map(str, set(raw) - {f.name for f in dataclasses.fields(cls)} - set(also)))
+        if extra:
+            raise BadInput(f"unknown keys {extra}", where=where)
+        return dict(raw)
+
     def cross_check(self) -> None:
         """Rules between fields (none by default); raise with :meth:`invalid`."""
 

@@ -145,6 +145,8 @@ def _register_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-images", type=int, help="override reference_detector.max_images (tiny runs)")
     p.add_argument("--seed", type=int, help="override reference_detector.seed (reference.seeds trains seed, seed+1, ...)")
     p.add_argument("--no-score", action="store_true", help="skip scoring on the source's val/test splits")
+    p.add_argument("--score-tile", type=int, help="tile side in px of the scoring detection, as `detect --tile` "
+                   "(default: detect's; the threshold rule is the source track's, as `evaluate`'s)")
     declare_io(p, reads={"params": "--params", "source_table": "--source-table"}, writes={"out": "--out"})
     p.set_defaults(func=cmd_train_reference)
 
@@ -361,7 +363,7 @@ def cmd_warp(args) -> int:
 
 
 def cmd_train_reference(args) -> int:
-    from aegisbench.detectors.train_jobs import TrainJob, run_jobs, train_one
+    from aegisbench.detectors.train_jobs import TrainJob, check_score_tile, run_jobs, train_one
 
     if len(args.source) != len(args.out):
         raise BadInput(f"{len(args.source)} --source but {len(args.out)} --out: give one --out per --source",
@@ -370,8 +372,9 @@ def cmd_train_reference(args) -> int:
         raise BadInput("two trainings would write the same folder", where="--out")
     if args.source_table and len(args.source) > 1:
         raise BadInput("--source-table names one table: give one --source with it", where="--source-table")
-    jobs = [TrainJob(source, out, args.source_table, args.epochs, args.max_images, not args.no_score, args.seed)
-            for source, out in zip(args.source, args.out)]
+    jobs = [TrainJob(source, out, args.source_table, args.epochs, args.max_images, not args.no_score, args.seed,
+                     args.score_tile) for source, out in zip(args.source, args.out)]
+    check_score_tile(args.score_tile)
     if len(jobs) == 1:
         report = train_one(args.params, jobs[0])
         print(json.dumps({k: report[k] for k in ("train_seconds", "train_cpu_seconds", "scores") if k in report},

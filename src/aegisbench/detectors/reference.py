@@ -34,7 +34,7 @@ import cv2
 import numpy as np
 
 from aegisbench import isa
-from aegisbench.atomic import atomic_path, atomic_write_text
+from aegisbench.atomic import atomic_write_text
 from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.detectors.checkpoint import portable_checkpoint
@@ -93,19 +93,12 @@ class ReferenceParams(Declared, where=WHERE):
     @classmethod
     def from_dict(cls, raw: dict | None, source: str | None = None) -> "ReferenceParams":
         """Build from the params section; ``sources: {<name>: {...}}`` overrides keys for one source."""
-        raw = dict(raw or {})
+        raw = cls.mapping_of(raw, also={"sources"})
         per_source = raw.pop("sources", None) or {}
         if not isinstance(per_source, dict):
             raise BadInput("sources must map source names to overrides", where=WHERE)
         if source is not None:
-            override = per_source.get(source) or {}
-            if not isinstance(override, dict):
-                raise BadInput("must be a mapping", where=f"{WHERE}.sources.{source}")
-            raw.update(override)
-        known = {f.name for f in dataclasses.fields(cls)}
-        extra = sorted(set(raw) - known)
-        if extra:
-            raise BadInput(f"unknown keys {extra}", where=WHERE)
+            raw.update(cls.mapping_of(per_source.get(source), f"{WHERE}.sources.{source}"))
         return cls(**raw)
 
     @classmethod
@@ -236,8 +229,10 @@ def export_yolo_dataset(source_table: str | Path, out_dir: str | Path, params: R
 
 
 def train_reference(source_table: str | Path, out_dir: str | Path, params: ReferenceParams,
-                    *, score: bool = True) -> dict:
-    """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``."""
+                    *, score: bool = True, track: str | None = None, score_tile: int | None = None) -> dict:
+    """Train the reference detector; writes ``weights.pt`` and ``train.json`` into ``out_dir``.
+    ``score``: clean val/test scores the way the evaluator scores a row of ``track`` (its
+    threshold rule), detected with ``score_tile``-px tiles (None: ``detect``'s default)."""
     from aegisbench.detectors.ultralytics_adapter import import_ultralytics
 
     isa.require("the reference detector's weights")
@@ -268,10 +263,14 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
               "detect_imgsz": params.inference_imgsz()}
     if score:
         from aegisbench.detectors.interface import DetectorOptions, load_detector
+        from aegisbench.detectors.tiling import TilingParams
 
+        tiling = TilingParams() if score_tile is None else TilingParams(tile=score_tile)
         det = load_detector("yolo", out / "weights.pt", DetectorOptions(device=params.device,
-                                                                         imgsz=params.inference_imgsz()))
-        report["scores"] = score_on_source(det, source_table)
+                                                                         imgsz=params.inference_imgsz(),
+                                                                         tiling=tiling))
+        with portable(1):  # the detect stage's kernels, so a row detected from these weights scores the same
+            report["scores"] = {**score_on_source(det, source_table, track), "tile": tiling.tile}
     atomic_write_text(out / "train.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     report.update(train_seconds=round(seconds, 1), train_cpu_seconds=round(cpu_seconds, 1))
     log.info("reference detector trained in %.0f s -> %s", seconds, out / "weights.pt")
@@ -303,11 +302,15 @@ def _fit(data_yaml: Path, work: Path, params: ReferenceParams, label: str) -> in
         return torch.get_num_threads()
 
 
-def score_on_source(detector, source_table: str | Path, batch_frames: int = 8) -> dict:
-    """Freeze the threshold at maximum F1 on the clean ``val`` split, then report recall,
-    precision, F1 at it and threshold-free mAP50 / mAP50-95 on ``test`` (shared matcher)."""
+def score_on_source(detector, source_table: str | Path, track: str | None = None, batch_frames: int = 8) -> dict:
+    """Freeze the threshold at maximum F1 on the clean ``val`` split with ``track``'s rule
+    (``threshold.TRACK_RULE``, as the evaluator does for that track's rows; None: every
+    distinct score), then report recall, precision, F1 at it and threshold-free mAP50 /
+    mAP50-95 on ``test`` (shared matcher)."""
     from aegisbench.evaluation import freeze_threshold, map_from_arrays, match_images
-    from aegisbench.evaluation.threshold import f1_curve
+    from aegisbench.evaluation.threshold import TRACK_RULE, f1_curve, rule_grid
+
+    rule = TRACK_RULE.get(track, "scores")
 
     def run(split: str):
         preds, gts, frames = [], [], []
@@ -320,12 +323,13 @@ def score_on_source(detector, source_table: str | Path, batch_frames: int = 8) -
         return preds, gts, frames
 
     vp, vg, vi = run("val")
-    thr, val_f1 = freeze_threshold(match_images([d.xyxy for d in vp], [d.score for d in vp], vg, ignore_xyxy=vi))
+    thr, val_f1 = freeze_threshold(match_images([d.xyxy for d in vp], [d.score for d in vp], vg, ignore_xyxy=vi),
+                                   rule_grid(rule))
     tp_, tg, ti = run("test")
     m = match_images([d.xyxy for d in tp_], [d.score for d in tp_], tg, ignore_xyxy=ti)
     c = f1_curve(m, [thr])
     maps = map_from_arrays([d.xyxy for d in tp_], [d.score for d in tp_], tg, ignore_xyxy=ti)
-    return {"threshold": thr, "val_f1": round(val_f1, 4), "test_recall": round(float(c["recall"][0]), 4),
+    return {"rule": rule, "threshold": thr, "val_f1": round(val_f1, 4), "test_recall": round(float(c["recall"][0]), 4),
             "test_precision": round(float(c["precision"][0]), 4), "test_f1": round(float(c["f1"][0]), 4),
             "test_map50": round(float(maps["map50"]), 4), "test_map50_95": round(float(maps["map50_95"]), 4),
             "test_images": len(tg), "test_objects": int(sum(len(g) for g in tg))}

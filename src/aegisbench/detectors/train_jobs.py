@@ -39,15 +39,28 @@ class TrainJob:
     max_images: int | None = None
     score: bool = True
     seed: int | None = None  # override reference_detector.seed (reference.seeds' extra trainings)
+    score_tile: int | None = None  # tile of the scoring detection (None: detect's default)
 
     def argv(self, params: str) -> list[str]:
         """The ``aegisbench`` arguments that run this job alone."""
         args = ["train-reference", "--params", str(params), "--source", self.source, "--out", str(self.out)]
         for flag, value in (("--source-table", self.source_table), ("--epochs", self.epochs),
-                            ("--max-images", self.max_images), ("--seed", self.seed)):
+                            ("--max-images", self.max_images), ("--seed", self.seed),
+                            ("--score-tile", self.score_tile)):
             if value is not None:
                 args += [flag, str(value)]
         return args + ([] if self.score else ["--no-score"])
+
+
+def check_score_tile(tile: int | None) -> None:
+    """Refuse a ``--score-tile`` the detector's tiling would refuse, before any training."""
+    if tile is not None:
+        from aegisbench.detectors.tiling import TilingParams
+
+        try:
+            TilingParams(tile=tile)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(str(exc), where="--score-tile") from None
 
 
 def table_of(params, job: TrainJob) -> Path:
@@ -78,7 +91,9 @@ def train_one(params_path: str, job: TrainJob) -> dict:
 
     params = Params.load(params_path)
     ref = reference_params(params, job)
-    return train_reference(table_of(params, job), job.out, ref, score=job.score)
+    track = next((s.track for s in params.sources if s.name == job.source), None)
+    return train_reference(table_of(params, job), job.out, ref, score=job.score, track=track,
+                           score_tile=job.score_tile)
 
 
 def run_jobs(params_path: str, jobs: list[TrainJob], n_jobs: int, flags: list[str] = ()) -> dict:
@@ -94,6 +109,7 @@ def run_jobs(params_path: str, jobs: list[TrainJob], n_jobs: int, flags: list[st
     for job in jobs:
         table_of(params, job)
         reference_params(params, job)
+        check_score_tile(job.score_tile)
 
     def run(job: TrainJob) -> tuple[TrainJob, subprocess.CompletedProcess]:
         cmd = [sys.executable, "-m", "aegisbench.cli", *flags, *job.argv(params_path)]

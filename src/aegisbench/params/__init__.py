@@ -165,14 +165,10 @@ class WarpTestParams(Declared, where="params.yaml: warp"):
     def from_dict(cls, raw, where: str = "params.yaml: warp") -> "WarpTestParams":
         if raw is None:
             return cls()
-        if not isinstance(raw, dict):
-            raise BadInput("must be a mapping", where=where)
-        if "max_images" in raw:
+        if isinstance(raw, dict) and "max_images" in raw:
             raise BadInput("renamed warp.images (smoke-positive test frames per source of the patch test; "
                            "all: every one)", where=f"{where}.max_images")
-        extra = set(raw) - {"noise_levels", "grid", "images"}
-        if extra:
-            raise BadInput(f"unknown keys {sorted(extra)}", where=where)
+        raw = cls.mapping_of(raw, where)
         levels = noise_levels(raw["noise_levels"], f"{where}.noise_levels") if "noise_levels" in raw else None
         return cls(noise_levels=levels or DEFAULT_NOISE_LEVELS, grid=raw.get("grid", WARP_GRID),
                    images=patch_images(raw.get("images"), f"{where}.images"))

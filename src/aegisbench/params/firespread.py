@@ -114,22 +114,13 @@ class FirespreadParams(Declared, where=WHERE):
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "FirespreadParams":
-        raw = dict(raw or {})
-        known = {f.name for f in fields(cls)} | {"grid"}
-        extra = set(raw) - known
-        if extra:
-            raise BadInput(f"unknown keys {sorted(extra)}", where=WHERE)
+        raw = cls.mapping_of(raw, also={"grid"})
         if "grid" in raw:
             grid = raw.pop("grid")
             if not (isinstance(grid, (list, tuple)) and len(grid) == 2):
                 raise BadInput("grid must be [height, width]", where=f"{WHERE}.grid")
             raw["height"], raw["width"] = grid
-        fc = raw.pop("forecast", None) or {}
-        if not isinstance(fc, dict):
-            raise BadInput("must be a mapping", where=f"{WHERE}.forecast")
-        fknown = {f.name for f in fields(ForecastParams)}
-        if set(fc) - fknown:
-            raise BadInput(f"unknown keys {sorted(set(fc) - fknown)}", where=f"{WHERE}.forecast")
+        fc = ForecastParams.mapping_of(raw.pop("forecast", None))
         for key in ("s_levels", "test_initial_conditions"):
             if key in raw:
                 if not isinstance(raw[key], (list, tuple)):

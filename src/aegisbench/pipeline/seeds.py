@@ -21,7 +21,6 @@ stages, so a change of the evaluation reruns no training. Every folder is publis
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import re
@@ -55,14 +54,7 @@ class SeedParams(Declared, where=WHERE):
 
     @classmethod
     def from_dict(cls, raw: dict | None) -> "SeedParams":
-        if raw is None:
-            return cls()
-        if not isinstance(raw, dict):
-            raise BadInput("must be a mapping", where=WHERE)
-        extra = sorted(set(raw) - {f.name for f in dataclasses.fields(cls)})
-        if extra:
-            raise BadInput(f"unknown keys {extra}", where=WHERE)
-        return cls(**raw)
+        return cls(**cls.mapping_of(raw))
 
 
 def interpolate(text: str, params: dict, item: str | None = None) -> str:
