@@ -23,6 +23,8 @@ RELEASED = {
     "0.6.0": "745f894a0665c7b0fff38438ea43e5390bdd16947f6fe509b0b1168c2282ce1d",
     # issue 36: the SAR reference's learning rate (a new draw of every synthetic frame), PNG written run-length
     "0.7.0": "df206ec8ac735f1128f6cb8166bdb7e915371c4029fa780c1ed44f91845e754f",
+    # issue 36: the references train on more frames (SAR 320 images; smoke 48 sequences at 10 epochs)
+    "0.8.0": "b69f337063cdcc225a5e1528ab1194f58bffc4f9d76bcfcdad321a0c1b6b8344",
 }
 
 
