@@ -96,8 +96,12 @@ def _rewrite(path: Path, edit) -> list[dict]:
     return rows
 
 
-def _no_boxes(row: dict) -> dict:
-    return {**row, "objects": {"bbox": [], "label": []}}
+def _other_truth(row: dict) -> dict:
+    """Other ground truth whatever the draw: every box removed, or one person added to a frame
+    that had none (a draw of the tiny fixture can leave a shard without people)."""
+    if row["objects"]["bbox"]:
+        return {**row, "objects": {"bbox": [], "label": []}}
+    return {**row, "objects": {"bbox": [[4.0, 4.0, 24.0, 40.0]], "label": ["person"]}}
 
 
 def _one_line_error(capsys) -> str:
@@ -138,8 +142,8 @@ def test_honest_repo_passes_and_its_content_recomputes_to_the_manifest(honest, c
 
 def test_replaced_shard_with_rehashed_file_entry_fails_and_evaluate_refuses(repo, honest, tmp_path, capsys):
     before = pq.read_table(repo / SAR).to_pylist()
-    assert sum(len(r["objects"]["bbox"]) for r in before) > 0
-    _rewrite(repo / SAR, _no_boxes)  # the ground truth altered: every box removed
+    after = _rewrite(repo / SAR, _other_truth)  # the ground truth altered: boxes removed (or one added)
+    assert [r["objects"] for r in after] != [r["objects"] for r in before]
     _save(repo, _rehash(repo, _manifest(repo), SAR))
     report = verify_repo(repo)
     assert not report.ok and not report.altered and not report.digest_mismatch  # file hashes and digest "agree"
@@ -155,7 +159,7 @@ def test_replaced_shard_with_rehashed_file_entry_fails_and_evaluate_refuses(repo
 
 def test_a_consistent_rewrite_passes_only_under_a_new_digest(repo, honest, capsys):
     m = _manifest(repo)
-    rows = _rewrite(repo / SAR, _no_boxes)
+    rows = _rewrite(repo / SAR, _other_truth)
     _rehash(repo, m, SAR)
     row_hashes = [json_sha256(content_key(r)) for r in rows]  # as the builder would
     _entry(m, SAR)["content_sha256"] = rows_sha256("".join(row_hashes))
@@ -419,7 +423,7 @@ def test_fast_path_skips_decoding_verified_bytes_and_never_passes_changed_bytes(
         require_verified(repo)
     # the tester also rehashes the manifest: a new SHA-256 misses the records, so it is decoded
     path.write_bytes(original)
-    _rewrite(path, _no_boxes)
+    _rewrite(path, _other_truth)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
     _save(repo, _rehash(repo, _manifest(repo), SAR))
     with pytest.raises(VerificationError, match=f"first: content: {SAR}: the content hash recomputed"):
