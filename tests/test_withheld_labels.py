@@ -90,7 +90,11 @@ def test_publish_refuses_the_label_repo_and_tampered_labels_fail(builds, tmp_pat
     bad = Path(shutil.copytree(labels, tmp_path / "labels"))
     path = bad / "labels" / "clean" / "synthetic_sar.parquet"
     rows = pq.read_table(path).to_pylist()
-    rows[0]["objects"]["bbox"][0][0] += 5.0
+    row = next((r for r in rows if r["objects"]["bbox"]), rows[0])  # a draw can leave frames without people
+    if row["objects"]["bbox"]:
+        row["objects"]["bbox"][0][0] += 5.0  # a box moved
+    else:
+        row["objects"] = {"bbox": [[4.0, 4.0, 24.0, 40.0]], "label": ["person"]}  # or one added
     pq.write_table(pa.Table.from_pylist(rows, schema=pq.read_schema(path)), path)
     assert main(["verify", str(bad)]) == 2
     assert "altered: labels/clean/synthetic_sar.parquet" in capsys.readouterr().err
