@@ -109,7 +109,6 @@ def run_jobs(params_path: str, jobs: list[TrainJob], n_jobs: int, flags: list[st
     for job in jobs:
         table_of(params, job)
         reference_params(params, job)
-        check_score_tile(job.score_tile)
 
     def run(job: TrainJob) -> tuple[TrainJob, subprocess.CompletedProcess]:
         cmd = [sys.executable, "-m", "aegisbench.cli", *flags, *job.argv(params_path)]
