@@ -35,13 +35,13 @@ TINY = {"synthetic_sar": {"n_train": 3, "n_val": 2, "n_test": 2, "images_per_fli
         "synthetic_smoke": {"n_train": 1, "n_val": 1, "n_test": 1}}
 #: two machines this CPU can play: its own (pinned) kernels, and oneDNN at SSE4.1 with another
 #: default thread count (each variable only read by the library when it loads)
-MACHINES = {"pinned": {}, "sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41", "OMP_NUM_THREADS": "3"}}
+MACHINES = {"pinned": {}, "sse41": {"ONEDNN_MAX_CPU_ISA": "SSE41", "OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3"}}
 
 _CHILD = r'''
 import hashlib, json, os, sys
 import aegisbench
 aegisbench.pin_isa()
-emulate, source, out, onednn = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "on"
+emulate, source, out, onednn, gemm = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "on", sys.argv[5]
 pinned = {k: os.environ[k] for k in emulate if k in os.environ}
 os.environ.update(emulate)
 import numpy as np, torch
@@ -52,18 +52,18 @@ with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_ON):
 os.environ.update(pinned)
 print("MACHINE READY", flush=True)
 from aegisbench.builders.source_table import read_source_table
-from aegisbench.detectors.interface import load_detector
+from aegisbench.detectors.interface import DetectorOptions, load_detector
 from aegisbench.detectors.reference import ReferenceParams, train_reference
 from aegisbench.forecasters.convlstm import ConvLSTMConfig, predict_convlstm, train_convlstm
 p = ReferenceParams(epochs=2, max_images=3, crop=96, imgsz=96, batch=4, close_mosaic=1, warmup_epochs=0,
-                    onednn=onednn)
+                    onednn=onednn, gemm=gemm)
 result = {}
 # from here every oneDNN primitive that runs prints a line (none may, with oneDNN off)
 with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_OFF if onednn else torch.backends.mkldnn.VERBOSE_ON):
     report = train_reference(source, out, p, score=False)
     result.update(weights=report["weights_sha256"], kernels=report["kernels"])
     if not onednn:
-        det = load_detector("yolo", os.path.join(out, "weights.pt"))
+        det = load_detector("yolo", os.path.join(out, "weights.pt"), DetectorOptions(gemm=gemm))
         frames = [r.image() for r in read_source_table(source, ["val", "test"])]
         h = hashlib.sha256()
         for batch in (frames[:1], frames):
@@ -89,10 +89,12 @@ def source(tmp_path_factory):
     return root / "sources" / "synthetic_sar.parquet"
 
 
-def _as_machine(name: str, source: Path, out: Path, onednn: bool) -> tuple[dict, str]:
-    """Train (and with oneDNN off detect and roll out the ConvLSTM) in a child playing ``name``;
-    returns its result and what it printed after the machine was set up."""
-    args = [sys.executable, "-c", _CHILD, json.dumps(MACHINES[name]), str(source), str(out), "on" if onednn else "off"]
+def _as_machine(name: str, source: Path, out: Path, onednn: bool, gemm: str = "mkl") -> tuple[dict, str]:
+    """Train (and with oneDNN off detect and roll out the ConvLSTM) in a child playing ``name``,
+    the convolutions' products on ``gemm``; returns its result and what it printed after the
+    machine was set up."""
+    args = [sys.executable, "-c", _CHILD, json.dumps(MACHINES[name]), str(source), str(out), "on" if onednn else "off",
+            gemm]
     run = subprocess.run(args, capture_output=True, text=True, timeout=900, env=dict(os.environ))
     assert run.returncode == 0, run.stderr[-3000:]
     head, _, tail = run.stdout.partition("MACHINE READY")
@@ -123,6 +125,23 @@ def test_two_machines_train_and_detect_the_same_bytes_with_onednn_off(source, tm
     # no oneDNN primitive ran in training, detection or the ConvLSTM (its blocking follows the caches)
     for printed in (printed_a, printed_b):
         assert not [x for x in printed.split("--- after setup ---")[1].splitlines() if ",primitive,exec," in x]
+
+
+@PLAYABLE
+def test_two_machines_train_and_detect_the_same_bytes_with_convolutions_on_openblas(source, tmp_path):
+    """``gemm: openblas``: the convolutions' products on NumPy's OpenBLAS (Haswell kernels pinned by
+    aegisbench.isa, one BLAS thread whatever the machine's default): the two machines give the same
+    weights, train.json and detections, which are not torch's own path's (so OpenBLAS ran), and
+    every record says which BLAS ran the convolutions."""
+    a, printed_a = _as_machine("pinned", source, tmp_path / "a" / "ref", onednn=False, gemm="openblas")
+    b, _ = _as_machine("sse41", source, tmp_path / "b" / "ref", onednn=False, gemm="openblas")
+    assert a == b
+    assert (tmp_path / "a" / "ref" / "train.json").read_bytes() == (tmp_path / "b" / "ref" / "train.json").read_bytes()
+    mkl, _ = _as_machine("pinned", source, tmp_path / "m" / "ref", onednn=False)
+    assert a["weights"] != mkl["weights"] and a["detect"] != mkl["detect"]
+    assert a["kernels"] == a["detect_kernels"] == kernels.describe(1, gemm="openblas")
+    assert a["kernels"].startswith(mkl["kernels"] + ", conv OpenBLAS ") and a["kernels"].endswith(" Haswell")
+    assert not [x for x in printed_a.split("--- after setup ---")[1].splitlines() if ",primitive,exec," in x]
 
 
 @PLAYABLE
@@ -195,6 +214,18 @@ def test_bad_kernel_settings_are_refused():
     with pytest.raises(BadInput, match="reference_detector.onednn: must be true or false"):
         ReferenceParams.from_dict({"onednn": "yes"})
     assert DetectorOptions(onednn=True, threads=2).threads == 2
+    with pytest.raises(BadInput, match="--gemm"):
+        DetectorOptions(gemm="blas")
+    with pytest.raises(BadInput, match="--gemm"):
+        DetectorOptions(gemm="openblas", onednn=True)
+    with pytest.raises(BadInput, match="reference_detector.gemm"):
+        ReferenceParams.from_dict({"gemm": "atlas"})
+    with pytest.raises(BadInput, match="reference_detector.gemm"):
+        ReferenceParams.from_dict({"gemm": "openblas", "onednn": True})
+    with pytest.raises(ValueError, match="oneDNN"), kernels.portable(1, onednn=True, gemm="openblas"):
+        pass
+    with pytest.raises(ValueError, match="gemm"), kernels.portable(1, gemm="MKL"):
+        pass
 
 
 def test_detect_takes_threads_and_onednn_from_the_command_line(tmp_path, capsys):
@@ -206,8 +237,38 @@ def test_detect_takes_threads_and_onednn_from_the_command_line(tmp_path, capsys)
     args = build_parser().parse_args(["detect", "--detector", "yolo", "--weights", "w.pt", "--track", "sar",
                                       "--out", str(tmp_path / "s"), "--threads", "2", "--onednn"])
     opts = _options(args)
-    assert (opts.threads, opts.onednn) == (2, True)
+    assert (opts.threads, opts.onednn, opts.gemm) == (2, True, "mkl")
+    args = build_parser().parse_args(["detect", "--detector", "yolo", "--weights", "w.pt", "--track", "sar",
+                                      "--out", str(tmp_path / "s"), "--gemm", "openblas"])
+    assert _options(args).gemm == "openblas"
     assert main(["detect", "--detector", "yolo", "--weights", str(tmp_path / "w.pt"), "--track", "sar", "--team", "t",
                  "--dataset", str(tmp_path / "none"), "--out", str(tmp_path / "s"), "--threads", "0"]) == 2
     err = capsys.readouterr().err
     assert "--threads" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()
+
+
+def test_detect_gemm_trained_reads_the_recipe_beside_the_weights(tmp_path, capsys):
+    """``detect --gemm trained`` takes the convolutions' BLAS from the train.json beside --weights
+    (``mkl`` for a report from before the choice); a report without one, or with an unknown one, is
+    one line naming --gemm, exit 2, nothing written."""
+    from aegisbench.cli import build_parser, main
+    from aegisbench.detectors.commands import _options
+
+    weights = tmp_path / "w.pt"
+
+    def parsed(report: dict | None) -> str:
+        if report is not None:
+            (tmp_path / "train.json").write_text(json.dumps(report))
+        args = build_parser().parse_args(["detect", "--detector", "yolo", "--weights", str(weights), "--track", "sar",
+                                          "--out", str(tmp_path / "s"), "--gemm", "trained"])
+        return _options(args).gemm
+
+    assert parsed({"params": {"gemm": "openblas"}}) == "openblas"
+    assert parsed({"params": {"epochs": 3}}) == "mkl"
+    with pytest.raises(BadInput, match="params.gemm"):
+        parsed({"params": {"gemm": "atlas"}})
+    (tmp_path / "train.json").unlink()
+    assert main(["detect", "--detector", "yolo", "--weights", str(weights), "--track", "sar", "--team", "t",
+                 "--dataset", str(tmp_path / "none"), "--out", str(tmp_path / "s"), "--gemm", "trained"]) == 2
+    err = capsys.readouterr().err
+    assert "--gemm" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "s").exists()

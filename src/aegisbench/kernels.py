@@ -32,40 +32,71 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from aegisbench import isa
 
 
-def describe(threads: int, *, onednn: bool = False, device: str = "cpu") -> str:
+#: where a CPU convolution's matrix products run: torch's own path (MKL ``COMPATIBLE``), or
+#: :mod:`aegisbench.conv_gemm` (NumPy's OpenBLAS, ``Haswell`` kernels: 1.3-1.5x a reference
+#: model's step here, other bytes)
+GEMMS = ("mkl", "openblas")
+
+
+def check_gemm(gemm: object, where: str = "gemm") -> str:
+    """``gemm`` if it is one of :data:`GEMMS`, else ValueError naming ``where``."""
+    if gemm not in GEMMS:
+        raise ValueError(f"{where} must be one of {', '.join(GEMMS)}, got {gemm!r}")
+    return gemm  # type: ignore[return-value]
+
+
+def describe(threads: int, *, onednn: bool = False, device: str = "cpu", gemm: str = "mkl") -> str:
     """The kernels a CPU result was computed with, e.g. ``x86-64-v3, oneDNN off, MKL COMPATIBLE,
-    1 thread, torch 2.14.1`` (a GPU result: the device and torch). The same recipe on the same
-    string gives the same bytes, whatever the CPU."""
+    1 thread, torch 2.14.1`` (a GPU result: the device and torch); with ``gemm="openblas"``
+    the convolutions' BLAS is appended (``conv OpenBLAS 0.3.31 Haswell``). The same recipe on
+    the same string gives the same bytes, whatever the CPU."""
     import torch
 
     if not device.startswith("cpu"):
         return f"{device}, torch {torch.__version__}"
     branch = os.environ.get("MKL_CBWR") or "unpinned"
     unit = "thread" if threads == 1 else "threads"
-    return (f"{isa.profile()}, oneDNN {'on' if onednn else 'off'}, MKL {branch}, {threads} {unit}, "
+    said = (f"{isa.profile()}, oneDNN {'on' if onednn else 'off'}, MKL {branch}, {threads} {unit}, "
             f"torch {torch.__version__}")
+    if check_gemm(gemm) == "openblas":
+        from aegisbench.conv_gemm import openblas
+
+        said += f", conv {openblas()}"
+    return said
 
 
 @contextmanager
-def portable(threads: int = 1, *, onednn: bool = False) -> Iterator[str]:
+def portable(threads: int = 1, *, onednn: bool = False, gemm: str = "mkl") -> Iterator[str]:
     """Run the block on ``threads`` torch threads with oneDNN and NNPACK off (``onednn=True``
     leaves them on: faster, and the result then depends on the CPU); yields :func:`describe`.
-    The caller's thread count and backend flags come back on exit."""
+    ``gemm="openblas"``: the block's convolutions run on NumPy's OpenBLAS
+    (:class:`aegisbench.conv_gemm.OpenBLASConv`) on ``threads`` BLAS threads (its sums depend on
+    the thread count too). The caller's thread counts and backend flags come back on exit."""
     import torch
 
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if check_gemm(gemm) == "openblas" and onednn:
+        raise ValueError("gemm 'openblas' runs the convolutions itself: oneDNN cannot be on as well")
     before, mkldnn = torch.get_num_threads(), torch.backends.mkldnn.enabled
     (nnpack,) = torch.backends.nnpack.set_flags(onednn)
     torch.backends.mkldnn.enabled = onednn
     torch.set_num_threads(threads)
     try:
-        yield describe(threads, onednn=onednn)
+        with ExitStack() as stack:
+            if gemm == "openblas":
+                from threadpoolctl import threadpool_limits
+
+                from aegisbench.conv_gemm import OpenBLASConv
+
+                stack.enter_context(threadpool_limits(threads, user_api="blas"))
+                stack.enter_context(OpenBLASConv())
+            yield describe(threads, onednn=onednn, gemm=gemm)
     finally:
         torch.set_num_threads(before)
         torch.backends.mkldnn.enabled = mkldnn

@@ -19,6 +19,7 @@ from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.fields import did_you_mean
+from aegisbench.kernels import GEMMS
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,9 @@ def _detector_args(p: argparse.ArgumentParser) -> None:
                    "thread count: every row records it)")
     g.add_argument("--onednn", action="store_true", help="CPU: use oneDNN's kernels (faster; the predictions then "
                    "depend on the CPU, and every row says so)")
+    g.add_argument("--gemm", choices=(*GEMMS, "trained"), default="mkl", help="CPU: where the convolutions' "
+                   "matrix products run: torch's MKL path, NumPy's OpenBLAS (faster, the same on every x86-64-v3 CPU, "
+                   "other bytes; every row says which), or `trained`: what the train.json beside --weights records")
     t = p.add_argument_group("tiling and loading")
     t.add_argument("--tile", type=int, default=1024, help="tile size for frames larger than it")
     t.add_argument("--overlap", type=int, default=256, help="tile overlap in px")
@@ -185,21 +189,41 @@ def _imgsz_arg(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"expected pixels or `trained`, got {text!r}") from None
 
 
-def trained_imgsz(weights: str) -> int | None:
-    """The inference size ``train-reference`` recorded beside ``weights`` (``train.json``
-    ``detect_imgsz``; None: native resolution); BadInput naming ``--imgsz`` when there is none."""
+def _train_report(weights: str, flag: str) -> tuple[Path, dict]:
+    """The ``train.json`` ``train-reference`` wrote beside ``weights`` (BadInput naming ``flag``)."""
     path = Path(weights).with_name("train.json")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise BadInput(f"`trained` needs the train.json written beside --weights: {path}: {exc}",
-                       where="--imgsz") from None
-    if not isinstance(report, dict) or "detect_imgsz" not in report:
+                       where=flag) from None
+    if not isinstance(report, dict):
+        raise BadInput(f"{path} is not a train-reference report", where=flag)
+    return path, report
+
+
+def trained_imgsz(weights: str) -> int | None:
+    """The inference size ``train-reference`` recorded beside ``weights`` (``train.json``
+    ``detect_imgsz``; None: native resolution); BadInput naming ``--imgsz`` when there is none."""
+    path, report = _train_report(weights, "--imgsz")
+    if "detect_imgsz" not in report:
         raise BadInput(f"{path} records no detect_imgsz", where="--imgsz")
     size = report["detect_imgsz"]
     if size is not None and (not isinstance(size, int) or isinstance(size, bool)):
         raise BadInput(f"{path}: detect_imgsz must be an integer or null, got {size!r}", where="--imgsz")
     return size
+
+
+def trained_gemm(weights: str) -> str:
+    """The convolutions' BLAS the weights were trained with (``train.json`` ``params.gemm``;
+    ``mkl`` for a report from before the choice existed), so ``detect --gemm trained`` detects on
+    the kernels the reference was trained and scored on."""
+    path, report = _train_report(weights, "--gemm")
+    recipe = report.get("params")
+    gemm = recipe.get("gemm", "mkl") if isinstance(recipe, dict) else None
+    if gemm not in GEMMS:
+        raise BadInput(f"{path}: params.gemm must be one of {', '.join(GEMMS)}, got {gemm!r}", where="--gemm")
+    return gemm
 
 
 def _options(args):
@@ -213,7 +237,8 @@ def _options(args):
         raise BadInput(str(exc), where="--tile/--overlap/--merge-iou") from None
     return DetectorOptions(device=args.device, batch=args.batch, half=args.half, conf=args.conf,
                            imgsz=trained_imgsz(args.weights) if args.imgsz == "trained" else args.imgsz,
-                           tiling=tiling, threads=args.threads, onednn=args.onednn)
+                           tiling=tiling, threads=args.threads, onednn=args.onednn,
+                           gemm=trained_gemm(args.weights) if args.gemm == "trained" else args.gemm)
 
 
 def _prepare(args, check=None, on_driver: str | None = None) -> tuple[dict, object]:

@@ -35,7 +35,7 @@ from aegisbench.detectors.tiling import TilingParams, cap_detections, merge_wind
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, check_bool, check_float, check_int
 from aegisbench.hashing import rng_for
-from aegisbench.kernels import describe as describe_kernels, portable
+from aegisbench.kernels import GEMMS, describe as describe_kernels, portable
 from aegisbench.predictions import Detections
 from aegisbench.registry import Registry
 from aegisbench.vocab import WARP_NOISE
@@ -65,7 +65,9 @@ class DetectorOptions:
     ``threads`` the torch threads of a CPU model, which runs with oneDNN off
     (:func:`aegisbench.kernels.portable`): the same predictions on every x86-64 machine for
     the same thread count (``onednn=True``: faster, the predictions then depend on the CPU;
-    the record says so).
+    the record says so); ``gemm`` where its convolutions' matrix products run
+    (:data:`aegisbench.kernels.GEMMS`: ``openblas`` is faster, the same on every x86-64-v3 CPU,
+    and not the bytes of ``mkl``).
     """
 
     device: str = "cpu"
@@ -80,6 +82,7 @@ class DetectorOptions:
     classes: ClassMap | None = None
     threads: int = 1
     onednn: bool = False
+    gemm: str = "mkl"
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not _DEVICE.match(self.device):
@@ -88,6 +91,11 @@ class DetectorOptions:
             check_int(getattr(self, name), name, lo=1, error=BadInput, where=f"--{name.replace('_', '-')}")
         check_bool(self.half, "half")
         check_bool(self.onednn, "onednn")
+        if self.gemm not in GEMMS:
+            raise BadInput(f"gemm must be one of {', '.join(GEMMS)}, got {self.gemm!r}", where="--gemm")
+        if self.gemm == "openblas" and self.onednn:
+            raise BadInput("--gemm openblas runs the convolutions itself: it cannot be combined with --onednn",
+                           where="--gemm")
         check_float(self.conf, "conf", 0.0, 1.0, hi_open=True, error=BadInput, where="--conf")
         if self.nms_iou is not None:
             check_float(self.nms_iou, "nms_iou", 0.0, 1.0, lo_open=True, error=BadInput, where="--nms-iou")
@@ -224,7 +232,8 @@ class Detector(ABC):
 
     def kernels(self) -> str:
         """The kernels the model runs with (:func:`aegisbench.kernels.describe`), recorded per run."""
-        return describe_kernels(self.options.threads, onednn=self.options.onednn, device=self.options.device)
+        return describe_kernels(self.options.threads, onednn=self.options.onednn, device=self.options.device,
+                                gemm=self.options.gemm)
 
     def predict(self, images: Sequence[np.ndarray], noise: InputNoise | None = None) -> list[Detections]:
         """Detections of each full frame (RGB uint8 ``(H, W, 3)``) in frame pixels; with
@@ -232,7 +241,7 @@ class Detector(ABC):
         On the CPU the model runs in :func:`aegisbench.kernels.portable` (``options.threads``)."""
         if not self.options.device.startswith("cpu"):
             return self._predict(images, noise)
-        with portable(self.options.threads, onednn=self.options.onednn):
+        with portable(self.options.threads, onednn=self.options.onednn, gemm=self.options.gemm):
             return self._predict(images, noise)
 
     def _predict(self, images: Sequence[np.ndarray], noise: InputNoise | None) -> list[Detections]:

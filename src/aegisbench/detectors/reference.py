@@ -39,7 +39,7 @@ from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.detectors.checkpoint import portable_checkpoint
 from aegisbench.hashing import file_sha256, json_sha256, rng_for
-from aegisbench.kernels import describe as describe_kernels, portable
+from aegisbench.kernels import GEMMS, describe as describe_kernels, portable
 from aegisbench.schema import Declared, param
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,8 @@ class ReferenceParams(Declared, where=WHERE):
     threads: int | None = param(1, lo=1, optional=True,
                                 doc="torch CPU threads; 1 keeps float sums in one order (none: Ultralytics' cores - 1)")
     onednn: bool = param(False, doc="oneDNN convolutions: faster, weights then depend on the CPU (aegisbench.kernels)")
+    gemm: str = param("mkl", choices=GEMMS, doc="CPU convolutions' matrix products: torch's MKL path, or "
+                      "NumPy's OpenBLAS (aegisbench.conv_gemm: faster, the same on every x86-64-v3 CPU, other weights)")
     max_images: int | None = param(None, type=int, lo=1, doc="cap on train images (tiny test configs)")
     recall_floor: float | None = param(None, type=float, lo=0.0, hi=1.0, unit="recall",
                                        doc="clean test recall at the frozen threshold this recipe must keep "
@@ -89,6 +91,8 @@ class ReferenceParams(Declared, where=WHERE):
     def cross_check(self) -> None:
         if not self.model.endswith((".yaml", ".yml")):
             raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=WHERE)
+        if self.gemm == "openblas" and self.onednn:
+            raise BadInput("gemm openblas runs the convolutions itself: onednn must be false", where=f"{WHERE}.gemm")
 
     @classmethod
     def from_dict(cls, raw: dict | None, source: str | None = None) -> "ReferenceParams":
@@ -258,7 +262,8 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
     report = {"source_table": Path(source_table).name, "params": dataclasses.asdict(params),
               "params_sha256": json_sha256(dataclasses.asdict(params)),
               "torch_threads": trained_threads, "weights": "weights.pt",
-              "kernels": describe_kernels(trained_threads, onednn=params.onednn, device=params.device),
+              "kernels": describe_kernels(trained_threads, onednn=params.onednn, device=params.device,
+                                         gemm=params.gemm),
               "weights_sha256": file_sha256(out / "weights.pt"),
               "detect_imgsz": params.inference_imgsz()}
     if score:
@@ -268,8 +273,8 @@ def train_reference(source_table: str | Path, out_dir: str | Path, params: Refer
         tiling = TilingParams() if score_tile is None else TilingParams(tile=score_tile)
         det = load_detector("yolo", out / "weights.pt", DetectorOptions(device=params.device,
                                                                          imgsz=params.inference_imgsz(),
-                                                                         tiling=tiling))
-        with portable(1):  # the detect stage's kernels, so a row detected from these weights scores the same
+                                                                         tiling=tiling, gemm=params.gemm))
+        with portable(1, gemm=params.gemm):  # the detect stage's kernels, so a row detected from these weights scores the same
             report["scores"] = {**score_on_source(det, source_table, track), "tile": tiling.tile}
     atomic_write_text(out / "train.json", json.dumps(report, indent=2, sort_keys=True) + "\n")
     report.update(train_seconds=round(seconds, 1), train_cpu_seconds=round(cpu_seconds, 1))
@@ -287,7 +292,7 @@ def _fit(data_yaml: Path, work: Path, params: ReferenceParams, label: str) -> in
     from aegisbench.progress import trainer_progress
 
     threads = params.threads
-    with portable(threads or torch.get_num_threads(), onednn=params.onednn):
+    with portable(threads or torch.get_num_threads(), onednn=params.onednn, gemm=params.gemm):
         model = YOLO(params.model_path())  # (its stride probe is a forward pass: on these kernels too)
         trainer_progress(model, label)
         if threads is not None:  # Ultralytics sets cpu_count - 1 threads when its trainer starts
