@@ -24,14 +24,22 @@ TINY = {
 CONDITIONS = ["low_light_s3", "motion_blur_s1"]  # single-corruption configs of the tiny build
 COMPOUND = ["low_light_s2+inundation_s2"]
 
+#: the benchmark_version the tiny fixtures draw their frames for. Every draw is keyed by the
+#: version, so following the checkout's version redrew every fixture at each release (0.8.0: six
+#: tests met a draw they did not expect); the fixtures keep this one, and a release changes them
+#: only when this line does.
+FIXTURE_VERSION = "0.8.0"
+
 _CACHE: dict[str, Path] = {}
 
 
 def tiny_params(root: Path, sources: dict, conditions=(), compound=(), dataset: str = "repo",
                 firespread: dict | None = None, **build) -> Params:
     """The checkout's params.yaml shrunk for a test: ``sources`` options, the given
-    conditions, a fire-spread section only when asked for, data under ``root``."""
+    conditions, a fire-spread section only when asked for, data under ``root``, frames drawn
+    for :data:`FIXTURE_VERSION`."""
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["benchmark_version"] = FIXTURE_VERSION
     for name, opts in sources.items():
         raw["sources"][name]["options"] = opts
     raw["build"].update(conditions=list(conditions), compound=list(compound), **build)
