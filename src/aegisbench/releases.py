@@ -25,6 +25,8 @@ RELEASED = {
     "0.7.0": "df206ec8ac735f1128f6cb8166bdb7e915371c4029fa780c1ed44f91845e754f",
     # issue 36: the references train on more frames (SAR 320 images; smoke 48 sequences at 10 epochs)
     "0.8.0": "b69f337063cdcc225a5e1528ab1194f58bffc4f9d76bcfcdad321a0c1b6b8344",
+    # issue 36: the references' convolutions on NumPy's OpenBLAS (a new draw of every synthetic frame)
+    "0.9.0": "55296241da948da7b67c2e0e59414b80e3e23134aad6d10188c2e4cd3a539099",
 }
 
 
