@@ -86,10 +86,13 @@ def score_row_way(weights: Path, dataset: Path, source: str, tile: int) -> dict:
     from aegisbench.evaluation.threshold import TRACK_RULE, f1_curve, rule_grid
     from aegisbench.kernels import portable
 
+    from aegisbench.detectors.commands import trained_gemm
+
     train = json.loads((weights.parent / "train.json").read_text())
+    gemm = trained_gemm(str(weights))  # the kernels it was trained on, as `detect --gemm trained`
     matches, objects = {}, 0
-    with portable(1):
-        det = load_detector("yolo", weights, DetectorOptions(imgsz=train.get("detect_imgsz"),
+    with portable(1, gemm=gemm):
+        det = load_detector("yolo", weights, DetectorOptions(imgsz=train.get("detect_imgsz"), gemm=gemm,
                                                              tiling=TilingParams(tile=tile)))
         for split in ("val", "test"):
             truth = {r["image_id"]: r for r in clean_rows(dataset, source, split, ["image_id", "objects", "ignore"])}
@@ -104,7 +107,7 @@ def score_row_way(weights: Path, dataset: Path, source: str, tile: int) -> dict:
     rule = TRACK_RULE[source_track(dataset, source)]
     threshold, val_f1 = freeze_threshold(matches["val"], rule_grid(rule))
     at = f1_curve(matches["test"], [threshold])
-    return {"rule": rule, "threshold": threshold, "val_f1": round(val_f1, 4),
+    return {"gemm": gemm, "rule": rule, "threshold": threshold, "val_f1": round(val_f1, 4),
             "test_recall": round(float(at["recall"][0]), 4), "test_precision": round(float(at["precision"][0]), 4),
             "test_objects": objects}
 
