@@ -86,7 +86,7 @@ def score_row_way(weights: Path, dataset: Path, source: str, tile: int) -> dict:
     from aegisbench.evaluation.threshold import TRACK_RULE, f1_curve, rule_grid
     from aegisbench.kernels import portable
 
-    from aegisbench.detectors.commands import trained_gemm
+    from aegisbench.detectors.trained import trained_gemm
 
     train = json.loads((weights.parent / "train.json").read_text())
     gemm = trained_gemm(str(weights))  # the kernels it was trained on, as `detect --gemm trained`

@@ -231,6 +231,7 @@ def _recipe_scores_are_the_rows(repo: Path) -> None:
     from aegisbench.detectors.interface import DetectorOptions, load_detector
     from aegisbench.detectors.reference import score_on_source
     from aegisbench.detectors.tiling import TilingParams
+    from aegisbench.detectors.trained import trained_gemm
     from aegisbench.kernels import portable
 
     spec = importlib.util.spec_from_file_location("reference_recipes", ROOT / "perf" / "reference_recipes.py")
@@ -247,9 +248,10 @@ def _recipe_scores_are_the_rows(repo: Path) -> None:
         assert got["test_recall"] == round(row["value"][0], 4), (key, got, row)
         weights = repo / f"data/models/reference_{key}/weights.pt"
         imgsz = json.loads((weights.parent / "train.json").read_text())["detect_imgsz"]
-        with portable(1):
+        gemm = trained_gemm(str(weights))  # the kernels the weights were trained on (as the detect stage)
+        with portable(1, gemm=gemm):
             det = load_detector("yolo", weights, DetectorOptions(
-                imgsz=imgsz, tiling=TilingParams(tile=recipes.row_tile(repo / "dvc.yaml", key))))
+                imgsz=imgsz, gemm=gemm, tiling=TilingParams(tile=recipes.row_tile(repo / "dvc.yaml", key))))
             own = score_on_source(det, repo / f"data/sources/{source}.parquet", key)
         assert (own["rule"], own["threshold"], own["test_recall"]) == (got["rule"], got["threshold"],
                                                                        got["test_recall"]), (key, own, got)
