@@ -36,6 +36,7 @@ BENCHMARKS = {
     "evaluate": ([], ["--coco-images", "300", "--rounds", "3"]),
     "scale": (["--memory"], ["--images", "8", "--memory", "--memory-images", "8", "--memory-scales", "1,8"]),
     "serve": ([], ["--uploads", "10", "--burst", "4"]),
+    "conv_gemm": ([], ["--rounds", "1", "--train-images", "8"]),
 }
 
 
