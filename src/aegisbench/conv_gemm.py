@@ -22,6 +22,8 @@ other: the kernels a result was made with are part of its record
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -132,25 +134,26 @@ def conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return _Conv.apply(x, weight, bias, _pair(stride, "stride"), _pair(padding, "padding"))
 
 
-def _takes(args: tuple, kwargs: dict) -> bool:
-    """Whether :func:`conv2d` computes this ``conv2d`` call (else torch's own kernel does)."""
+def _routed(args: tuple, kwargs: dict) -> dict | None:
+    """The arguments of a ``conv2d`` call by name, when :func:`conv2d` computes it; None when
+    torch's own kernel does."""
     names = ("input", "weight", "bias", "stride", "padding", "dilation", "groups")
     call = dict(zip(names, args)) | kwargs
     x, w, b = call.get("input"), call.get("weight"), call.get("bias")
     tensors = [t for t in (x, w, b) if t is not None]
     if not all(isinstance(t, torch.Tensor) for t in tensors) or x is None or w is None:
-        return False
+        return None
     if x.dim() != 4 or x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
-        return False
+        return None
     if any(t.device != x.device or t.dtype != x.dtype for t in tensors):
-        return False
+        return None
     if call.get("groups", 1) != 1 or call.get("dilation", 1) not in (1, (1, 1), [1, 1]):
-        return False
+        return None
     try:
         _pair(call.get("stride", 1), "stride"), _pair(call.get("padding", 0), "padding")
     except TypeError:  # 'same' / 'valid' padding
-        return False
-    return True
+        return None
+    return call
 
 
 class OpenBLASConv(TorchFunctionMode):
@@ -158,14 +161,13 @@ class OpenBLASConv(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in _CONVS and _takes(args, kwargs):
-            names = ("input", "weight", "bias", "stride", "padding")
-            call = dict(zip(names, args)) | {k: v for k, v in kwargs.items() if k in names}
-            return conv2d(call["input"], call["weight"], call.get("bias"), call.get("stride", 1),
-                          call.get("padding", 0))
-        return func(*args, **kwargs)
+        call = _routed(args, kwargs) if func in _CONVS else None
+        if call is None:
+            return func(*args, **kwargs)
+        return conv2d(call["input"], call["weight"], call.get("bias"), call.get("stride", 1), call.get("padding", 0))
 
 
+@functools.cache
 def openblas() -> str:
     """The OpenBLAS NumPy runs, e.g. ``OpenBLAS 0.3.31 Haswell`` (part of a result's record)."""
     from threadpoolctl import threadpool_info

@@ -38,15 +38,22 @@ from aegisbench import isa
 
 
 #: where a CPU convolution's matrix products run: torch's own path (MKL ``COMPATIBLE``), or
-#: :mod:`aegisbench.conv_gemm` (NumPy's OpenBLAS, ``Haswell`` kernels: 1.3-1.5x a reference
-#: model's step here, other bytes)
+#: :mod:`aegisbench.conv_gemm` (NumPy's OpenBLAS, ``Haswell`` kernels: about 1.7x a reference
+#: model's training and detection here, perf/conv_gemm.py; other bytes)
 GEMMS = ("mkl", "openblas")
 
 
-def check_gemm(gemm: object, where: str = "gemm") -> str:
-    """``gemm`` if it is one of :data:`GEMMS`, else ValueError naming ``where``."""
+def check_gemm(gemm: object, where: str = "gemm", *, onednn: bool = False) -> str:
+    """``gemm`` if it is one of :data:`GEMMS` and can run with ``onednn``, else ValueError naming
+    ``where`` (``openblas`` runs the convolutions itself, so oneDNN cannot be on as well).
+
+    >>> check_gemm("openblas")
+    'openblas'
+    """
     if gemm not in GEMMS:
         raise ValueError(f"{where} must be one of {', '.join(GEMMS)}, got {gemm!r}")
+    if gemm == "openblas" and onednn:
+        raise ValueError(f"{where} openblas runs the convolutions itself: oneDNN cannot be on as well")
     return gemm  # type: ignore[return-value]
 
 
@@ -81,8 +88,7 @@ def portable(threads: int = 1, *, onednn: bool = False, gemm: str = "mkl") -> It
 
     if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
         raise ValueError(f"threads must be a positive integer, got {threads!r}")
-    if check_gemm(gemm) == "openblas" and onednn:
-        raise ValueError("gemm 'openblas' runs the convolutions itself: oneDNN cannot be on as well")
+    check_gemm(gemm, onednn=onednn)
     before, mkldnn = torch.get_num_threads(), torch.backends.mkldnn.enabled
     (nnpack,) = torch.backends.nnpack.set_flags(onednn)
     torch.backends.mkldnn.enabled = onednn

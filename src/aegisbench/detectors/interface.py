@@ -35,7 +35,7 @@ from aegisbench.detectors.tiling import TilingParams, cap_detections, merge_wind
 from aegisbench.errors import BadInput
 from aegisbench.fields import FieldError, check_bool, check_float, check_int
 from aegisbench.hashing import rng_for
-from aegisbench.kernels import GEMMS, describe as describe_kernels, portable
+from aegisbench.kernels import check_gemm, describe as describe_kernels, portable
 from aegisbench.predictions import Detections
 from aegisbench.registry import Registry
 from aegisbench.vocab import WARP_NOISE
@@ -91,11 +91,10 @@ class DetectorOptions:
             check_int(getattr(self, name), name, lo=1, error=BadInput, where=f"--{name.replace('_', '-')}")
         check_bool(self.half, "half")
         check_bool(self.onednn, "onednn")
-        if self.gemm not in GEMMS:
-            raise BadInput(f"gemm must be one of {', '.join(GEMMS)}, got {self.gemm!r}", where="--gemm")
-        if self.gemm == "openblas" and self.onednn:
-            raise BadInput("--gemm openblas runs the convolutions itself: it cannot be combined with --onednn",
-                           where="--gemm")
+        try:
+            check_gemm(self.gemm, "gemm", onednn=self.onednn)
+        except ValueError as exc:
+            raise BadInput(str(exc), where="--gemm") from None
         check_float(self.conf, "conf", 0.0, 1.0, hi_open=True, error=BadInput, where="--conf")
         if self.nms_iou is not None:
             check_float(self.nms_iou, "nms_iou", 0.0, 1.0, lo_open=True, error=BadInput, where="--nms-iou")

@@ -39,7 +39,7 @@ from aegisbench.builders.source_table import SourceRecord, read_source_table
 from aegisbench.errors import BadInput
 from aegisbench.detectors.checkpoint import portable_checkpoint
 from aegisbench.hashing import file_sha256, json_sha256, rng_for
-from aegisbench.kernels import GEMMS, describe as describe_kernels, portable
+from aegisbench.kernels import GEMMS, check_gemm, describe as describe_kernels, portable
 from aegisbench.schema import Declared, param
 
 log = logging.getLogger(__name__)
@@ -91,8 +91,10 @@ class ReferenceParams(Declared, where=WHERE):
     def cross_check(self) -> None:
         if not self.model.endswith((".yaml", ".yml")):
             raise BadInput(f"model must be an Ultralytics model YAML, got {self.model!r}", where=WHERE)
-        if self.gemm == "openblas" and self.onednn:
-            raise BadInput("gemm openblas runs the convolutions itself: onednn must be false", where=f"{WHERE}.gemm")
+        try:
+            check_gemm(self.gemm, "gemm", onednn=self.onednn)
+        except ValueError as exc:
+            raise BadInput(str(exc), where=f"{WHERE}.gemm") from None
 
     @classmethod
     def from_dict(cls, raw: dict | None, source: str | None = None) -> "ReferenceParams":
