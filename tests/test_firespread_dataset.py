@@ -276,6 +276,35 @@ def test_digest_mismatch_and_missing_folder_exit_2(repo, tmp_path, capsys):
     assert cli.main(["firespread-baselines", "--dataset", str(repo / "repo"), "--only", "magic"]) == 2
 
 
+def test_convlstm_on_openblas_from_the_command_line(repo, tmp_path, capsys):
+    """``--convlstm-gemm openblas``: the ConvLSTM trains and rolls out with its convolutions on
+    NumPy's OpenBLAS; the submission validates, says so in its kernels (and so does its evaluated
+    row: they were dropped from submission.yaml before 0.10.0), and its maps are not the MKL
+    path's (same steps, same seed). A BLAS it does not know: one line, exit 2, nothing written."""
+    path = str(repo / "repo")
+    base = ["firespread-baselines", "--dataset", path, "--only", "convlstm", "--convlstm-steps", "2",
+            "--convlstm-hidden", "4"]
+    for gemm in ("mkl", "openblas"):
+        assert cli.main([*base, "--submissions", str(tmp_path / gemm), "--convlstm-gemm", gemm]) == 0
+        assert cli.main(["validate", str(tmp_path / gemm / "firespread_convlstm"), "--dataset", path]) == 0
+    capsys.readouterr()
+    meta = {g: yaml.safe_load((tmp_path / g / "firespread_convlstm" / "submission.yaml").read_text())
+            for g in ("mkl", "openblas")}
+    assert ", conv OpenBLAS " in meta["openblas"]["kernels"] and "OpenBLAS" not in meta["mkl"]["kernels"]
+    maps = {g: b"".join(f.read_bytes() for f in sorted((tmp_path / g / "firespread_convlstm").glob("*.parquet")))
+            for g in ("mkl", "openblas")}
+    assert maps["mkl"] and maps["mkl"] != maps["openblas"]
+    # the evaluated row carries the machine class (the leaderboard's per-row kernels)
+    assert cli.main(["evaluate", str(tmp_path / "openblas" / "firespread_convlstm"), "--dataset", path,
+                     "--results", str(tmp_path / "res"), "--n-resamples", "20"]) == 0
+    prov = json.loads((tmp_path / "res" / "firespread_convlstm" / "provenance.json").read_text())
+    assert prov["kernels"] == meta["openblas"]["kernels"]
+    with pytest.raises(SystemExit) as exc:
+        cli.main([*base, "--submissions", str(tmp_path / "bad"), "--convlstm-gemm", "atlas"])
+    assert exc.value.code == 2 and "--convlstm-gemm: invalid choice: 'atlas'" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()
+
+
 def _mixed_params(tmp_path, firespread) -> str:
     raw = {"benchmark_version": V,
            "paths": {"sources": str(tmp_path / "sources"), "dataset": str(tmp_path / "mixed")},

@@ -73,7 +73,7 @@ with torch.backends.mkldnn.verbose(torch.backends.mkldnn.VERBOSE_OFF if onednn e
         tau = rng.integers(0, 12, (4, 16, 16)).astype(np.float32)
         tree = (rng.random((16, 16)) < 0.7).astype(np.float32)
         net = train_convlstm({50: {0: (tau, tree)}}, 3, ConvLSTMConfig(steps=6, hidden=4, batch=3, train_horizon=6,
-                                                                       device="cpu"))
+                                                                       device="cpu", gemm=gemm))
         maps = predict_convlstm(net, np.stack([tree] * 3), (tau[:3, None] <= np.arange(3)[:, None, None]), 0.5, 4)
         w = b"".join(v.numpy().tobytes() for v in net.state_dict().values())
         result.update(detect=h.hexdigest(), detect_kernels=det.kernels(),
@@ -131,14 +131,14 @@ def test_two_machines_train_and_detect_the_same_bytes_with_onednn_off(source, tm
 def test_two_machines_train_and_detect_the_same_bytes_with_convolutions_on_openblas(source, tmp_path):
     """``gemm: openblas``: the convolutions' products on NumPy's OpenBLAS (Haswell kernels pinned by
     aegisbench.isa, one BLAS thread whatever the machine's default): the two machines give the same
-    weights, train.json and detections, which are not torch's own path's (so OpenBLAS ran), and
-    every record says which BLAS ran the convolutions."""
+    weights, train.json, detections and ConvLSTM weights and forecasts, which are not torch's own
+    path's (so OpenBLAS ran), and every record says which BLAS ran the convolutions."""
     a, printed_a = _as_machine("pinned", source, tmp_path / "a" / "ref", onednn=False, gemm="openblas")
     b, _ = _as_machine("sse41", source, tmp_path / "b" / "ref", onednn=False, gemm="openblas")
     assert a == b
     assert (tmp_path / "a" / "ref" / "train.json").read_bytes() == (tmp_path / "b" / "ref" / "train.json").read_bytes()
     mkl, _ = _as_machine("pinned", source, tmp_path / "m" / "ref", onednn=False)
-    assert a["weights"] != mkl["weights"] and a["detect"] != mkl["detect"]
+    assert a["weights"] != mkl["weights"] and a["detect"] != mkl["detect"] and a["convlstm"] != mkl["convlstm"]
     assert a["kernels"] == a["detect_kernels"] == kernels.describe(1, gemm="openblas")
     assert a["kernels"].startswith(mkl["kernels"] + ", conv OpenBLAS ") and a["kernels"].endswith(" Haswell")
     assert not [x for x in printed_a.split("--- after setup ---")[1].splitlines() if ",primitive,exec," in x]

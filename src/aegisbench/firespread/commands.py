@@ -13,6 +13,7 @@ import logging
 from aegisbench.cli import command
 from aegisbench.cli_options import add_dataset_option, add_out_option, add_params_option, add_results_option
 from aegisbench.fields import deprecated_alias
+from aegisbench.kernels import GEMMS
 from aegisbench.overlap import declare_io
 from aegisbench.errors import BadInput
 from aegisbench.paths import SUBMISSIONS
@@ -33,6 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
     p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
     p.add_argument("--convlstm-hidden", type=int, help="hidden channels of the ConvLSTM (default 8)")
+    p.add_argument("--convlstm-gemm", choices=GEMMS, help="BLAS of the ConvLSTM's CPU convolutions: torch's MKL "
+                   "path (default) or NumPy's OpenBLAS (faster; other weights and maps)")
     p.add_argument("--dtype", choices=["float32", "float16"], default="float32", help="stored probability type")
     p.add_argument("--verified", action="store_true", help="attest each forecaster's submission with this project's "
                    "private key (private/): the leaderboard shows its rows as verified (run here)")
@@ -95,7 +98,8 @@ def cmd_baselines(args) -> int:
         raise BadInput(f"unknown baseline(s) {bad}; expected {list(BASELINES)}", where="--only")
     _positive(args.convlstm_steps, "--convlstm-steps")
     _positive(args.convlstm_hidden, "--convlstm-hidden")
-    kw = {k: v for k, v in (("steps", args.convlstm_steps), ("hidden", args.convlstm_hidden)) if v is not None}
+    kw = {k: v for k, v in (("steps", args.convlstm_steps), ("hidden", args.convlstm_hidden),
+                            ("gemm", args.convlstm_gemm)) if v is not None}
     for folder in write_baselines(args.dataset, args.submissions, names, ConvLSTMConfig(**kw), dtype=args.dtype):
         print(f"wrote {folder}")
         if args.verified:

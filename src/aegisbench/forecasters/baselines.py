@@ -78,11 +78,12 @@ def baseline_forecasts(name: str, dataset: str | Path, truth, task: TaskSpec, ma
     return keys, np.concatenate(maps)
 
 
-def _convlstm_device(cfg) -> str:
-    """Where the ConvLSTM of ``cfg`` (None: the default config) runs."""
+def _convlstm_kernels(cfg) -> str:
+    """The kernels the ConvLSTM of ``cfg`` (None: the default config) trains and rolls out on."""
     from aegisbench.forecasters.convlstm import ConvLSTMConfig, device_of
 
-    return str(device_of(cfg or ConvLSTMConfig()))
+    cfg = cfg or ConvLSTMConfig()
+    return describe_kernels(1, device=str(device_of(cfg)), gemm=cfg.gemm)
 
 
 def write_baselines(dataset: str | Path, out_dir: str | Path, names=F.BASELINES, convlstm_cfg=None,
@@ -96,7 +97,7 @@ def write_baselines(dataset: str | Path, out_dir: str | Path, names=F.BASELINES,
                 "model": name, "contact": "maintainers", "license": "mit", "description": DESCRIPTIONS[name],
                 "dataset_version": manifest["benchmark_version"], "dataset_digest": manifest["dataset_digest"]}
         if name == "convlstm":  # the one torch model: trained and rolled out on these kernels
-            meta["kernels"] = describe_kernels(1, device=_convlstm_device(convlstm_cfg))
+            meta["kernels"] = _convlstm_kernels(convlstm_cfg)
         folders.append(write_submission(Path(out_dir) / f"firespread_{name}", meta, keys, maps, dtype))
         log.info("wrote %s (%d maps)", folders[-1], len(keys))
     return folders

@@ -47,6 +47,8 @@ Key = tuple[str, int, int, int]  # (config, initial_condition, realization, t)
 FORECASTS = "forecasts.parquet"
 META = "submission.yaml"
 META_FIELDS = REQUIRED_FIELDS  # checked by aegisbench.evaluation.submission.read_meta, as for every track
+#: written when given: the kernels a model ran on (aegisbench.kernels.describe; the row's machine class)
+OPTIONAL_META_FIELDS = ("kernels",)
 KEY_COLUMNS = ("config", "initial_condition", "realization", "t")
 
 
@@ -82,13 +84,15 @@ def write_forecasts(path: str | Path, keys: Sequence[Key], probs: np.ndarray, dt
 
 def write_submission(folder: str | Path, meta: dict, keys: Sequence[Key], probs: np.ndarray,
                      dtype: str = "float32") -> Path:
-    """A complete submission folder (``submission.yaml`` + ``forecasts.parquet``)."""
+    """A complete submission folder (``submission.yaml`` + ``forecasts.parquet``): the required
+    fields of ``meta`` and those of :data:`OPTIONAL_META_FIELDS` it has."""
     folder = Path(folder)
     missing = [f for f in META_FIELDS if f not in meta]
     if missing:
         raise ValueError(f"submission metadata lacks {missing}")
     write_forecasts(folder / FORECASTS, keys, probs, dtype)
-    atomic_write_text(folder / META, yaml.safe_dump({k: meta[k] for k in META_FIELDS}, sort_keys=False))
+    fields = [*META_FIELDS, *(k for k in OPTIONAL_META_FIELDS if k in meta)]
+    atomic_write_text(folder / META, yaml.safe_dump({k: meta[k] for k in fields}, sort_keys=False))
     return folder
 
 
