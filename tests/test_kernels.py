@@ -190,6 +190,18 @@ def test_each_row_says_the_kernels_it_was_computed_on(repo, tmp_path):
     assert prov["kernels"] == said and ", oneDNN off, " in said
 
 
+@pytest.mark.skipif(isa.profile() != isa.PROFILE, reason="the pins hold on an x86-64-v3 CPU")
+def test_the_leaderboard_calls_every_pinned_cpu_class_portable():
+    """What ``describe`` writes on the pinned path, on either BLAS of the convolutions, is what the
+    leaderboard's verdict calls portable (0.9.0's page called the OpenBLAS class "not a machine class
+    this project writes"); with oneDNN on it is machine-dependent."""
+    from aegisbench.leaderboard.machine import MACHINE_DEPENDENT, PORTABLE, portability
+
+    for threads, gemm in ((1, "mkl"), (1, "openblas"), (2, "openblas")):
+        assert portability(kernels.describe(threads, gemm=gemm)) == (PORTABLE, None), (threads, gemm)
+    assert portability(kernels.describe(1, onednn=True)) == (MACHINE_DEPENDENT, "oneDNN on")
+
+
 def test_portable_restores_the_callers_settings_and_refuses_bad_threads():
     def now():
         return torch.get_num_threads(), torch.backends.mkldnn.enabled, torch._C._get_nnpack_enabled()

@@ -38,6 +38,11 @@ def _results(root, kernels: dict):
      (MACHINE_DEPENDENT, "native-aarch64 kernels, not the x86-64-v3 pins")),
     ("x86-64-v3, oneDNN off, MKL AVX2, 1 thread, torch 2.14.1",
      (MACHINE_DEPENDENT, "MKL's branch not pinned to COMPATIBLE")),
+    # the reference detectors' and the ConvLSTM's class since 0.9.0: the convolutions on OpenBLAS's pinned kernels
+    (PORTABLE_CPU + ", conv OpenBLAS 0.3.31.188.0 Haswell", (PORTABLE, None)),
+    (PORTABLE_CPU + ", conv OpenBLAS 0.3.31.188.0 SkylakeX", (MACHINE_DEPENDENT, "OpenBLAS's kernels not pinned to Haswell")),
+    (PORTABLE_CPU + ", conv NumPy 2.3.0 BLAS", (MACHINE_DEPENDENT, "the convolutions on an unidentified BLAS")),
+    (PORTABLE_CPU + ", conv OpenBLAS 0.3.31 Haswell, extra", (MACHINE_DEPENDENT, "not a machine class this project writes")),
     ("my laptop", (MACHINE_DEPENDENT, "not a machine class this project writes")),
     (None, None),
 ])

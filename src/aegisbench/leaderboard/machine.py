@@ -5,7 +5,9 @@ A result's ``provenance.json`` carries ``kernels``, the machine class its model 
 reference trained) with (:func:`aegisbench.kernels.describe`, through ``submission.yaml``; the
 evaluator copies it). It is the leaderboard's ``kernels`` column. A class is *portable* when it
 is the pinned CPU path: ``x86-64-v3, oneDNN off, MKL COMPATIBLE, <n> thread(s), torch <version>``
-gives the same bytes on every x86-64 machine. Anything else is *machine-dependent*: oneDNN on, a
+gives the same bytes on every x86-64 machine, and so does that path with its convolutions on
+NumPy's OpenBLAS (``, conv OpenBLAS <version> Haswell``: the Haswell kernels are pinned by
+:mod:`aegisbench.isa`). Anything else is *machine-dependent*: oneDNN on, a
 GPU, an unpinned MKL branch, native kernels below x86-64-v3, or a string this project does not
 write: the rows may differ on another machine. A submission that recorded none (predictions
 handed in without one, numbers from a paper) has a null class.
@@ -16,6 +18,8 @@ text of at most :data:`MAX_KERNELS_CHARS` characters (:func:`~aegisbench.evaluat
 otherwise it is shown as not recorded, with a warning, like a malformed metadata field.
 
 >>> portability("x86-64-v3, oneDNN off, MKL COMPATIBLE, 1 thread, torch 2.14.1")
+('portable', None)
+>>> portability("x86-64-v3, oneDNN off, MKL COMPATIBLE, 1 thread, torch 2.14.1, conv OpenBLAS 0.3.31 Haswell")
 ('portable', None)
 >>> portability("x86-64-v3, oneDNN on, MKL COMPATIBLE, 2 threads, torch 2.14.1")
 ('machine-dependent', 'oneDNN on')
@@ -49,6 +53,8 @@ MEANING = {PORTABLE: "the same bytes on every x86-64 machine",
 NOT_RECORDED = "not recorded"
 _THREADS = re.compile(r"[1-9][0-9]* threads?")
 _CPU_PROFILE = re.compile(r"x86-64-v[0-9]|native-.+")
+#: the convolutions on NumPy's OpenBLAS, its Haswell kernels pinned (aegisbench.conv_gemm, aegisbench.isa)
+_CONV_BLAS = re.compile(r"conv OpenBLAS [0-9][0-9A-Za-z.+-]* Haswell")
 
 
 def recorded_kernels(prov: Mapping, where: str = "") -> str | None:
@@ -96,8 +102,12 @@ def portability(kernels: str | None) -> tuple[str, str | None] | None:
         device = parts[0] if len(parts[0]) <= 40 else parts[0][:37] + "..."
         gpu = device.startswith(("cuda", "mps", "xpu", "rocm", "hip"))
         return MACHINE_DEPENDENT, f"a GPU ({device})" if gpu else "not a machine class this project writes"
-    if len(parts) != 5 or not _THREADS.fullmatch(parts[3]) or not parts[4].startswith("torch "):
+    if len(parts) not in (5, 6) or not _THREADS.fullmatch(parts[3]) or not parts[4].startswith("torch "):
         return MACHINE_DEPENDENT, "not a machine class this project writes"
+    if len(parts) == 6 and not _CONV_BLAS.fullmatch(parts[5]):  # the convolutions on NumPy's BLAS
+        pinned = _CONV_BLAS.fullmatch(parts[5].rsplit(" ", 1)[0] + " Haswell")
+        return MACHINE_DEPENDENT, ("OpenBLAS's kernels not pinned to Haswell" if pinned
+                                   else "the convolutions on an unidentified BLAS")
     if parts[1] != "oneDNN off":
         return MACHINE_DEPENDENT, "oneDNN on" if parts[1] == "oneDNN on" else "oneDNN not off"
     if parts[0] != "x86-64-v3":

@@ -286,7 +286,7 @@ def render_markdown(board: Board, firespread_report: bool = False) -> str:
            "have no row: one note under the source's heading lists them.", "",
            "*Computed on* is the machine class a submission's rows were computed with, as its run recorded it "
            f"(the Parquet's `kernels` column): {PORTABLE} (x86-64-v3, oneDNN off, MKL COMPATIBLE, a fixed "
-           f"thread count): {MEANING[PORTABLE]}; {MACHINE_DEPENDENT} (oneDNN on, or a GPU): "
+           f"thread count, and where named the convolutions on OpenBLAS's Haswell kernels): {MEANING[PORTABLE]}; {MACHINE_DEPENDENT} (oneDNN on, or a GPU): "
            f"{MEANING[MACHINE_DEPENDENT]}; not recorded: predictions handed in without one, or numbers from a paper.",
            ""]
     if smoke_test(board):
