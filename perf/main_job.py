@@ -1,7 +1,7 @@
 """Time the README's main job (``aegisbench run``) on a clean clone and write its stage timeline.
 
     .venv/bin/python perf/main_job.py [--clone DIR] [--write-docs]
-    .venv/bin/python perf/main_job.py --from-log LOG [--write-docs]
+    .venv/bin/python perf/main_job.py --from-log LOG [--clone DIR] [--write-docs]
 
 Clones this checkout's HEAD (committed files only) into DIR (a new temporary folder by default)
 and runs ``aegisbench run`` there with this venv: the install is excluded, ``PYTHONPATH`` puts
@@ -9,7 +9,9 @@ the clone's package before this checkout's. Every output line is stamped as it a
 (``<epoch seconds> <line>``, kept in ``DIR/main_job.log``); the scheduler's lines
 (``stage NAME: starting`` / ``stage NAME: done at``) give the timeline. ``--from-log`` reads a
 log stamped that way instead of running. It prints the timeline as Markdown and writes it, with
-the machine (CPU model, cores, load average before and at most during the run), to
+the machine (CPU model, cores, load average before and at most during the run), the stages dvc
+skipped as unchanged and the committed files the run changed (none: the clean clone reproduced
+every committed output byte for byte), to
 ``runs/main_job.json``; ``--write-docs`` puts the table between the ``main-job-timeline`` markers
 of docs/PERFORMANCE.md.
 """
@@ -31,6 +33,7 @@ DOC = ROOT / "docs" / "PERFORMANCE.md"
 BEGIN, END = "<!-- main-job-timeline -->", "<!-- /main-job-timeline -->"
 START = re.compile(r"stage (\S+): starting \((\d+) running(?:, nice \+(\d+))?\)")
 DONE = re.compile(r"stage (\S+): done at")
+SKIPPED = re.compile(r"Stage '([^']+)' didn't change, skipping")
 
 
 def machine() -> dict:
@@ -65,9 +68,18 @@ def run_clone(clone: Path, log: Path) -> dict:
     return {"rc": proc.returncode, "load_before": load_before, "load_peak": peak}
 
 
+def changed_outputs(clone: Path) -> list[str]:
+    """The committed files the run changed or added in ``clone`` (``git status --porcelain``): none
+    when the clean clone reproduced every committed output byte for byte."""
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"], cwd=clone, check=True,
+                         capture_output=True, text=True).stdout
+    return [line[3:] for line in out.splitlines() if line.strip()]
+
+
 def timeline(log: Path) -> dict:
     """Stage start and end (minutes from the first line) parsed from a stamped log."""
     stages: dict[str, dict] = {}
+    skipped: list[str] = []
     t0 = last = rc = None
     for raw in log.read_text(errors="replace").splitlines():
         stamp, _, text = raw.partition(" ")
@@ -85,9 +97,11 @@ def timeline(log: Path) -> dict:
                             "nice": int(m[3] or 0)}
         elif (m := DONE.search(text)) and m[1] in stages:
             stages[m[1]]["end"] = round((t - t0) / 60, 2)
+        elif m := SKIPPED.search(text):  # dvc found every dep at its dvc.lock hash: nothing to run
+            skipped.append(m[1])
     if t0 is None:
         raise SystemExit(f"perf/main_job.py: {log}: no stamped line")
-    out = {"total_min": round((last - t0) / 60, 2), "stages": stages}
+    out = {"total_min": round((last - t0) / 60, 2), "stages": stages, "skipped": skipped}
     return out if rc is None else {**out, "rc": rc}
 
 
@@ -130,6 +144,16 @@ def markdown(result: dict) -> str:
         took = f"{end - s['start']:.1f}" if end is not None else "n/a (did not finish)"
         lines.append(f"| {name} | {s['start']:.1f} | {end if end is not None else 'n/a'} | {took} | "
                      f"{'+' + str(s['nice']) if s['nice'] else ''} |")
+    if result.get("skipped"):
+        lines.append(f"\ndvc skipped as unchanged (every dependency at its committed `dvc.lock` hash): "
+                     f"{', '.join(result['skipped'])}.")
+    if "changed_outputs" in result:
+        changed = result["changed_outputs"]
+        lines.append("\nCommitted outputs: " + ("reproduced byte for byte (`git status` clean after the run)."
+                                                 if not changed else
+                                                 f"**{len(changed)} committed file(s) changed or added** by the run: "
+                                                 + ", ".join(f"`{c}`" for c in changed[:8])
+                                                 + (f" and {len(changed) - 8} more" if len(changed) > 8 else "") + "."))
     for f in result.get("recall_floors", []):
         said = ("n/a (no result)" if f["met"] is None else
                 f"{f['recall']:.3f} [{f['lo']:.3f}, {f['hi']:.3f}]: {'met' if f['met'] else '**not met**'}")
@@ -154,7 +178,8 @@ def write_docs(table: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clone", type=Path, help="where to clone (a new temporary folder by default)")
+    ap.add_argument("--clone", type=Path, help="where to clone (a new temporary folder by default); with "
+                    "--from-log: the clone that log ran in (its floors and changed files are read)")
     ap.add_argument("--from-log", type=Path, help="a stamped log of an earlier run instead of running")
     ap.add_argument("--commit", help="with --from-log: the commit that run was of (default: HEAD)")
     ap.add_argument("--write-docs", action="store_true", help="write the table into docs/PERFORMANCE.md")
@@ -169,8 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         log = clone.parent / "main_job.log"
         extra = run_clone(clone, log)
     result = {"commit": commit, "machine": machine(), **timeline(log), **extra}
-    if not args.from_log:
-        result["recall_floors"] = recall_floors(clone)
+    project = args.clone if args.from_log else clone  # --from-log --clone DIR: the clone that log ran in
+    if project is not None:
+        result["recall_floors"] = recall_floors(project)
+        result["changed_outputs"] = changed_outputs(project)
     out = ROOT / "runs" / "main_job.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

@@ -20,6 +20,7 @@ def test_timeline_from_a_stamped_log(tmp_path):
              (43, "INFO aegisbench.pipeline.schedule: stage train_reference@smoke: starting (1 running)"),
              (44, "INFO aegisbench.pipeline.schedule: stage build: starting (2 running, nice +10)"),
              (650, "INFO aegisbench.pipeline.schedule: stage build: done at 10.1 min"),
+             (651, "Stage 'ladders' didn't change, skipping"),
              (900, "dataset repo: /x/data/aegisbench")]
     log = tmp_path / "main_job.log"
     log.write_text("".join(f"{t0 + s:.3f} {text}\n" for s, text in lines) + "rc=0\n")
@@ -34,6 +35,30 @@ def test_timeline_from_a_stamped_log(tmp_path):
     assert [r.split(" | ")[0] for r in rows] == ["| sources", "| train_reference@smoke", "| build"]
     assert "n/a (did not finish)" in rows[1] and "| +10 |" in rows[2]
     assert "**15.0 min** (exit 0), 2 cores of CPU X" in table
+    assert got["skipped"] == ["ladders"] and "dvc skipped as unchanged (every dependency at its committed" in table
+    assert "Committed outputs" not in table  # not known from a log alone
+
+
+def test_a_clean_clone_that_reproduces_its_committed_outputs_says_so(tmp_path):
+    """``changed_outputs`` is git's word on the clone after the run: nothing changed, or which
+    committed files the run rewrote or added (a real repository)."""
+    import subprocess
+
+    def git(*a):
+        subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\n")
+    git("add", "dvc.lock")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "outputs")
+    result = {"commit": "abcdef123", "machine": {"cpu": "CPU X", "cores": 2}, "total_min": 1.0, "stages": {}}
+    assert main_job.changed_outputs(tmp_path) == []
+    assert "Committed outputs: reproduced byte for byte" in main_job.markdown({**result, "changed_outputs": []})
+    (tmp_path / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (tmp_path / "new.json").write_text("{}")
+    changed = main_job.changed_outputs(tmp_path)
+    assert changed == ["dvc.lock", "new.json"]
+    assert "**2 committed file(s) changed or added** by the run: `dvc.lock`, `new.json`." in main_job.markdown(
+        {**result, "changed_outputs": changed})
 
 
 def test_recall_floors_are_judged_for_the_row_and_every_training_seed(tmp_path):
