@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the folder of submission folders: writes <submissions>/<forecaster>/")
     deprecated_alias(p, "--out", "--submissions")
     p.add_argument("--only", help="comma-separated subset of oracle,persistence,spread_heuristic,convlstm")
-    p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (CPU default 120)")
+    p.add_argument("--convlstm-steps", type=int, help="training steps of the ConvLSTM (default 300)")
     p.add_argument("--convlstm-hidden", type=int, help="hidden channels of the ConvLSTM (default 8)")
     p.add_argument("--convlstm-gemm", choices=GEMMS, help="BLAS of the ConvLSTM's CPU convolutions: torch's MKL "
                    "path (default) or NumPy's OpenBLAS (faster; other weights and maps)")
