@@ -77,18 +77,21 @@ def size_category(rows: int) -> str:
 def arrow_num_bytes(paths, features) -> int:
     """``num_bytes`` of a split as ``datasets`` computes it when it loads the Parquet files:
     the Arrow size (``Table.nbytes``) of every record batch (one per row group) cast to
-    ``features`` (the card's: labels as class ids), summed; not the Parquet file size."""
+    ``features`` (the card's: labels as class ids), summed; not the Parquet file size. The
+    peak is one row group's, whatever the split's size."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from datasets.table import table_cast
 
     schema = features.arrow_schema
     total = 0
-    for path in paths:
-        pf = pq.ParquetFile(path)
-        size = pf.metadata.row_group(0).num_rows if pf.metadata.num_row_groups else 1
-        for batch in pf.iter_batches(batch_size=size, columns=list(features)):
-            total += table_cast(pa.Table.from_batches([batch]).combine_chunks(), schema).nbytes
+    for path in paths:  # one file open at a time, its pages back to the system before the next
+        with pq.ParquetFile(path) as pf:
+            size = pf.metadata.row_group(0).num_rows if pf.metadata.num_row_groups else 1
+            for batch in pf.iter_batches(batch_size=size, columns=list(features)):
+                total += table_cast(pa.Table.from_batches([batch]).combine_chunks(), schema).nbytes
+                del batch
+        pa.default_memory_pool().release_unused()
     return total
 
 
