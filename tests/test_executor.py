@@ -67,6 +67,27 @@ def fail_on_three(x: int) -> int:
     return x
 
 
+def mark_unless_zero(args: tuple[str, int]) -> int:
+    """Task 0 fails at once; every other task sleeps, then leaves a marker file named after it."""
+    folder, x = args
+    if x == 0:
+        raise BadInput("zero is not allowed", where="task 0")
+    time.sleep(0.5)
+    Path(folder, str(x)).write_text("done")
+    return x
+
+
+def finished_after_an_error(folder: Path, executor: Executor) -> list[int]:
+    """The tasks that ran to their end when ``map_tasks`` raised task 0's error; checked again a
+    second later: none may still be running (and writing) once the error has reached the caller."""
+    with pytest.raises(BadInput, match="zero is not allowed"):
+        list(map_tasks(mark_unless_zero, [(str(folder), i) for i in range(40)], executor))
+    done = sorted(int(p.name) for p in folder.iterdir())
+    time.sleep(1.0)
+    assert sorted(int(p.name) for p in folder.iterdir()) == done, "a task was still running after the error"
+    return done
+
+
 def die_once(args: tuple[str, int]) -> int:
     """Kill this worker process the first time task 2 runs (a marker file records it)."""
     marker, x = args
@@ -147,6 +168,12 @@ def test_task_errors_surface_as_themselves(workers):
     with pytest.raises(BadInput, match="three is not allowed") as exc:
         list(map_tasks(fail_on_three, range(6), Executor("local", workers)))
     assert exc.value.where == "task 3"
+
+
+def test_a_task_error_leaves_no_task_running(tmp_path):
+    ex = Executor("local", 2)
+    done = finished_after_an_error(tmp_path, ex)
+    assert set(done) <= set(range(1, ex.in_flight))  # only tasks submitted ahead of task 0 ran
 
 
 def test_killed_worker_process_is_retried(tmp_path, caplog):

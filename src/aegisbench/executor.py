@@ -18,7 +18,8 @@ stays bounded however many tasks there are.
 
 Tasks may run more than once (a retry after a crash), so they must be idempotent:
 the build's shard tasks are (atomic writes, sidecars). A task's own exception is
-never retried; it is re-raised in the caller as the original exception.
+never retried; it is re-raised in the caller as the original exception, after the tasks
+already submitted have run to their end (on either engine: none is still writing then).
 
 >>> ex = Executor("local", workers=1)
 >>> list(map_tasks(abs, [-2, 1, -3], ex))
@@ -337,5 +338,8 @@ def _map_ray(fn, tasks: Iterable, executor: Executor) -> Iterator:
         log.info("ray: %d %s task(s) on %d node(s): %s", done, _task_name(fn), len(per_node),
                  ", ".join(f"{n}={c}" for n, c in sorted(per_node.items())))
     finally:
-        for ref in pending:
-            ray.cancel(ref, force=False)
+        # the in-flight tasks run to their end, as the local pool's shutdown(wait=True): none is
+        # left writing after this returns. Not ray.cancel: a cancel racing the task's reply ends
+        # the driver (Ray 2.60 RAY_CHECK "Tried to complete task that was not pending", CI stop 44)
+        if pending:
+            ray.wait(list(pending), num_returns=len(pending), fetch_local=False)
