@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from aegisbench.builders.source_table import (SourceRecord, read_source_rows, release_arrow_memory,
-                                              write_source_table)
+from aegisbench.builders.source_table import SourceRecord, read_source_rows, write_source_table
 from aegisbench.hashing import rng_for
+from aegisbench.memory import release_arrow_memory
 
 
 def _records():

@@ -18,6 +18,7 @@ is cut with a note of its full length.
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 #: Longest message line (characters) the library and the CLI print: room for a list of
@@ -65,3 +66,20 @@ class BadInput(ValueError):
 
 class VerificationError(BadInput):
     """A dataset repo whose files do not match its manifest."""
+
+
+@contextlib.contextmanager
+def as_bad_input(where: str | None):
+    """A ``TypeError`` or ``ValueError`` raised inside (a parameter class refusing a value the user
+    gave) leaves as :class:`BadInput` located at ``where``.
+
+    >>> with as_bad_input("--tile"):
+    ...     int("x")
+    Traceback (most recent call last):
+    ...
+    aegisbench.errors.BadInput: --tile: invalid literal for int() with base 10: 'x'
+    """
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        raise BadInput(str(exc), where=where) from None

@@ -40,6 +40,10 @@ from aegisbench.errors import BadInput
 PROFILE = "x86-64-v3"
 #: /proc/cpuinfo flags of x86-64-v3 (``abm`` is LZCNT).
 V3_FLAGS = frozenset({"avx", "avx2", "fma", "bmi1", "bmi2", "f16c", "movbe", "abm"})
+#: The OpenBLAS kernels every x86-64-v3 machine is pinned to (``OPENBLAS_CORETYPE``).
+OPENBLAS_CORE = "Haswell"
+#: The MKL branch every machine is pinned to (``MKL_CBWR``: the one run on Intel and AMD alike).
+MKL_BRANCH = "COMPATIBLE"
 #: The variables :func:`pin` sets (values depend on what the CPU has above the cap).
 ENV = ("NPY_DISABLE_CPU_FEATURES", "OPENCV_CPU_DISABLE", "OPENCV_IPP", "OPENBLAS_CORETYPE",
        "NUMBA_CPU_NAME", "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
@@ -81,11 +85,11 @@ def cap_env(flags: frozenset[str] | set[str]) -> dict[str, str]:
         "NPY_DISABLE_CPU_FEATURES": " ".join(k for k, need in _NUMPY_ABOVE.items() if has(need)),
         "OPENCV_CPU_DISABLE": ",".join(k for k, need in _OPENCV_ABOVE.items() if has(need)),
         "OPENCV_IPP": "avx2",          # IPP's l9 kernels, not k0
-        "OPENBLAS_CORETYPE": "Haswell",
+        "OPENBLAS_CORETYPE": OPENBLAS_CORE,
         "NUMBA_CPU_NAME": "haswell",
         "ATEN_CPU_CAPABILITY": "avx2",
         "ONEDNN_MAX_CPU_ISA": "AVX2",
-        "MKL_CBWR": "COMPATIBLE",      # the one MKL branch run on Intel and AMD alike (aegisbench.kernels)
+        "MKL_CBWR": MKL_BRANCH,        # see aegisbench.kernels
     }
 
 

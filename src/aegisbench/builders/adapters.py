@@ -54,7 +54,7 @@ from aegisbench.builders.splits import (SPLIT_NAMES, VOC_LISTS, assign_lists, as
                                         group_frames, hash_array, list_names, nearest,
                                         pattern_meta, phash, split_list_files,
                                         validate_fractions, validate_split_lists)
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, as_bad_input
 from aegisbench.hashing import pixel_sha256
 from aegisbench.readers import check_png_payload, read_image_bytes
 from aegisbench.builders.source_kinds import SOURCE_FORMATS
@@ -143,7 +143,7 @@ class SourceSpec:
         """Build from a ``params.yaml`` source entry; any problem is a BadInput naming
         ``where`` (default: the params entry)."""
         where = where or f"params.yaml: sources.{name}"
-        try:
+        with as_bad_input(where):
             opts = dict(options)
             if isinstance(opts.get("fractions"), str):
                 opts["fractions"] = opts["fractions"].split(",")
@@ -152,8 +152,6 @@ class SourceSpec:
             if isinstance(opts.get("split_lists"), str):
                 opts["split_lists"] = dict(kv.split("=", 1) for kv in opts["split_lists"].split(","))
             return cls(name=name, format=format, **opts)
-        except (TypeError, ValueError) as exc:
-            raise BadInput(str(exc), where=where) from None
 
     @property
     def key(self) -> str:

@@ -29,7 +29,6 @@ from aegisbench import isa
 from aegisbench.atomic import atomic_write_text, clean_leftovers, output_lock, replace_dir
 from aegisbench.builders.families import FamilyPlan, plan_build
 from aegisbench.builders.hfrepo import ShardEntry, finished_entry
-from aegisbench.builders.source_table import release_arrow_memory
 from aegisbench.builders.withhold import check_withhold, strip_labels, write_label_repo
 from aegisbench.dataset.builder_code import builder_source_hash
 from aegisbench.dataset.card import arrow_sizes, render_card
@@ -38,6 +37,7 @@ from aegisbench.dataset.verify import verify_repo
 from aegisbench.errors import BadInput
 from aegisbench.executor import Executor, map_tasks
 from aegisbench.hashing import file_sha256, json_sha256
+from aegisbench.memory import release_arrow_memory
 from aegisbench.overlap import refuse_overlap
 from aegisbench.params import Params
 from aegisbench.progress import progress as progress_bar

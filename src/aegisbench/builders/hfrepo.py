@@ -26,7 +26,8 @@ from aegisbench.atomic import atomic_path, atomic_write_text
 from aegisbench.dataset.manifest import rows_sha256
 from aegisbench.dataset.schema import SCHEMA, content_key
 from aegisbench.hashing import file_sha256, json_sha256, pixel_sha256
-from aegisbench.builders.source_table import SourceRecord, read_source_rows, release_arrow_memory
+from aegisbench.memory import release_arrow_memory
+from aegisbench.builders.source_table import SourceRecord, read_source_rows
 from aegisbench.dataset.images import encode_png
 
 log = logging.getLogger(__name__)

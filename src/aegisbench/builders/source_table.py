@@ -14,7 +14,6 @@ Parquet with the schema :data:`SOURCE_SCHEMA` declared up front, and
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from aegisbench.atomic import atomic_path
 from aegisbench.dataset.images import decode_image, encode_png
 from aegisbench.errors import BadInput
 from aegisbench.hashing import pixel_sha256
+from aegisbench.memory import release_arrow_memory
 
 META_STRUCT = pa.struct([pa.field("name", pa.string()), pa.field("value", pa.string())])
 SOURCE_SCHEMA = pa.schema(
@@ -231,30 +231,3 @@ def read_source_rows(path: str | Path, split: str, start: int, stop: int) -> Ite
         release_arrow_memory()
         while records:
             yield records.pop(0)
-
-
-def release_arrow_memory() -> None:
-    """Hand memory freed by Arrow and by the C heap back to the system, so a long build's
-    resident set does not ratchet up with every decoded shard (pyarrow's pool keeps freed
-    pages; glibc keeps freed heap below its trim threshold)."""
-    pa.default_memory_pool().release_unused()
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
-@functools.cache
-def _libc():
-    """The C library, looked up on first use (``find_library`` runs ``ldconfig``: not at import)."""
-    import ctypes
-    import ctypes.util
-    import sys
-
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-

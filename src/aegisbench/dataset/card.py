@@ -27,6 +27,7 @@ from aegisbench.attribution import UNKNOWN, hub_license, license_url
 from aegisbench.dataset.card_sections import (citation_section, data_fields, is_synthetic, licensing,
                                                limitations, personal_information, source_data, warp_notes)
 from aegisbench.hashing import canonical_json
+from aegisbench.memory import release_arrow_memory
 from aegisbench.dataset.families import families, features_of
 from aegisbench.vocab import (CLEAN, COMPOUND, CORRUPTION, DETECTION_TRACKS, TRACK_LABELS, WARP_NOISE,
                               parse_corruption_config)
@@ -91,7 +92,7 @@ def arrow_num_bytes(paths, features) -> int:
             for batch in pf.iter_batches(batch_size=size, columns=list(features)):
                 total += table_cast(pa.Table.from_batches([batch]).combine_chunks(), schema).nbytes
                 del batch
-        pa.default_memory_pool().release_unused()
+        release_arrow_memory()
     return total
 
 

@@ -17,7 +17,7 @@ from aegisbench.cli_options import (add_dataset_option, add_executor_options, ad
                                      add_params_option)
 from aegisbench.fields import deprecated_alias
 from aegisbench.overlap import declare_io
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, as_bad_input
 from aegisbench.fields import did_you_mean
 from aegisbench.kernels import GEMMS
 from aegisbench.vocab import TRACK_LABELS, WARP_GRID
@@ -194,11 +194,9 @@ def _options(args):
     from aegisbench.detectors.trained import trained_gemm, trained_imgsz
     from aegisbench.detectors.tiling import TilingParams
 
-    try:
+    with as_bad_input("--tile/--overlap/--merge-iou"):
         tiling = TilingParams(tile=args.tile, overlap=args.overlap, merge_iou=args.merge_iou,
                               drop_cut=not args.keep_cut)
-    except (TypeError, ValueError) as exc:
-        raise BadInput(str(exc), where="--tile/--overlap/--merge-iou") from None
     return DetectorOptions(device=args.device, batch=args.batch, half=args.half, conf=args.conf,
                            imgsz=trained_imgsz(args.weights) if args.imgsz == "trained" else args.imgsz,
                            tiling=tiling, threads=args.threads, onednn=args.onednn,

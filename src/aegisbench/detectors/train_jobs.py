@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, as_bad_input
 from aegisbench.fields import check_int
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,8 @@ def check_score_tile(tile: int | None) -> None:
     if tile is not None:
         from aegisbench.detectors.tiling import TilingParams
 
-        try:
+        with as_bad_input("--score-tile"):
             TilingParams(tile=tile)
-        except (TypeError, ValueError) as exc:
-            raise BadInput(str(exc), where="--score-tile") from None
 
 
 def table_of(params, job: TrainJob) -> Path:

@@ -25,7 +25,7 @@ from aegisbench.cli_options import (add_dataset_option, add_executor_options, ad
                                      add_results_option)
 from aegisbench.fields import deprecated_alias, did_you_mean
 from aegisbench.overlap import declare_io
-from aegisbench.errors import BadInput
+from aegisbench.errors import BadInput, as_bad_input
 from aegisbench.evaluation.bootstrap import BootstrapParams
 from aegisbench.evaluation.submission import ValidationLimits
 from aegisbench.vocab import WARP_GRID
@@ -182,12 +182,10 @@ def cmd_evaluate(args) -> int:
     from aegisbench.evaluation.evaluator import EvaluationParams, evaluate_submission
     from aegisbench.evaluation.submission import SubmissionInvalid
     grid = parse_grid(args.threshold_grid)  # BadInput naming --threshold-grid
-    try:
+    with as_bad_input("command line"):
         params = EvaluationParams(threshold_grid=grid, max_dets=args.max_dets,
                                   bootstrap=BootstrapParams(n_resamples=args.n_resamples), limits=_limits(args),
                                   warp_grid=args.warp_grid, stratify=tuple(args.stratify))
-    except (TypeError, ValueError) as exc:
-        raise BadInput(str(exc), where="command line") from None
     from aegisbench.executor import Executor, connect
     executor = Executor.from_cli(args.executor, args.workers, args.ray_address)
     connect(executor, (args.submission, args.dataset))

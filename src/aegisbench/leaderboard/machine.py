@@ -54,10 +54,8 @@ MEANING = {PORTABLE: "the same bytes on every x86-64 machine",
 NOT_RECORDED = "not recorded"
 _THREADS = re.compile(r"[1-9][0-9]* threads?")
 _CPU_PROFILE = re.compile(r"x86-64-v[0-9]|native-.+")
-#: the OpenBLAS kernels :mod:`aegisbench.isa` pins (``OPENBLAS_CORETYPE``; conv_gemm reports them)
-_OPENBLAS_CORE = isa.cap_env(isa.V3_FLAGS)["OPENBLAS_CORETYPE"]
 #: the convolutions on NumPy's OpenBLAS with those kernels (aegisbench.conv_gemm)
-_CONV_BLAS = re.compile(rf"conv OpenBLAS [0-9][0-9A-Za-z.+-]* {re.escape(_OPENBLAS_CORE)}")
+_CONV_BLAS = re.compile(rf"conv OpenBLAS [0-9][0-9A-Za-z.+-]* {re.escape(isa.OPENBLAS_CORE)}")
 
 
 def recorded_kernels(prov: Mapping, where: str = "") -> str | None:
@@ -108,15 +106,15 @@ def portability(kernels: str | None) -> tuple[str, str | None] | None:
     if len(parts) not in (5, 6) or not _THREADS.fullmatch(parts[3]) or not parts[4].startswith("torch "):
         return MACHINE_DEPENDENT, "not a machine class this project writes"
     if len(parts) == 6 and not _CONV_BLAS.fullmatch(parts[5]):  # the convolutions on NumPy's BLAS
-        pinned = _CONV_BLAS.fullmatch(f"{parts[5].rsplit(' ', 1)[0]} {_OPENBLAS_CORE}")
-        return MACHINE_DEPENDENT, (f"OpenBLAS's kernels not pinned to {_OPENBLAS_CORE}" if pinned
+        pinned = _CONV_BLAS.fullmatch(f"{parts[5].rsplit(' ', 1)[0]} {isa.OPENBLAS_CORE}")
+        return MACHINE_DEPENDENT, (f"OpenBLAS's kernels not pinned to {isa.OPENBLAS_CORE}" if pinned
                                    else "the convolutions on an unidentified BLAS")
     if parts[1] != "oneDNN off":
         return MACHINE_DEPENDENT, "oneDNN on" if parts[1] == "oneDNN on" else "oneDNN not off"
     if parts[0] != isa.PROFILE:
         return MACHINE_DEPENDENT, f"{parts[0]} kernels, not the {isa.PROFILE} pins"
-    if parts[2] != "MKL COMPATIBLE":
-        return MACHINE_DEPENDENT, "MKL's branch not pinned to COMPATIBLE"
+    if parts[2] != f"MKL {isa.MKL_BRANCH}":
+        return MACHINE_DEPENDENT, f"MKL's branch not pinned to {isa.MKL_BRANCH}"
     return PORTABLE, None
 
 
